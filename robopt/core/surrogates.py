@@ -1,0 +1,269 @@
+"""Policy surrogates on per-K log-ratios: one implementation, ratio controls as data.
+
+Shapes: B batch, K inner log-ratio axis (see robopt.core.shapes).
+All functions are pure: ``(...) -> (loss, metrics)``; metrics are detached scalar tensors.
+
+The single entry point for the PPO family is ``surrogate(log_ratio, advantage, control)``, where
+``control`` is a ``RatioControl`` (frozen data) naming how the probability ratio ``r`` is held near 1.
+
+Names, the per-entry objective each maximizes (the loss is its negated masked mean), and the source:
+
+- ``plain``: r A. TRPO (Schulman et al. 2015, eq. 14).
+- ``clip``: min(r A, clip(r, 1 - eps, 1 + eps) A). PPO (Schulman et al. 2017, eq. 7).
+- ``clip_asymmetric``: min(r A, clip(r, 1 - eps_low, 1 + eps_high) A). Clip-higher (DAPO, Yu et al. 2025).
+- ``dual_clip``: the clip objective, and for A < 0 additionally max(., c A), c > 1. Ye et al. 2020, eq. 5.
+- ``kl_penalty_adaptive``: r A - beta KL, beta doubled/halved against a target KL between updates.
+  PPO-penalty (Schulman et al. 2017, sec. 4, eq. 8).
+- ``spo_penalty``: r A - |A| / (2 eps) (r - 1)^2. Simple Policy Optimization (Xie et al. 2024).
+- ``sigmoid_gate``: (4 / tau) sigmoid(tau (r - 1)) A, tau = tau_pos if A > 0 else tau_neg. Soft Adaptive
+  Policy Optimization (SAPO, Gao et al. 2025, arXiv:2511.20347). Its gradient weight 4 sigmoid (1 - sigmoid)
+  is 1 at r = 1 and decays smoothly instead of dropping to 0 at a hard band edge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+RATIO_CONTROLS = (
+    "plain",
+    "clip",
+    "clip_asymmetric",
+    "dual_clip",
+    "kl_penalty_adaptive",
+    "spo_penalty",
+    "sigmoid_gate",
+)
+"""Names accepted by ``RatioControl.name``."""
+
+
+def _broadcast_advantage(advantage: torch.Tensor, log_ratio: torch.Tensor) -> torch.Tensor:
+    if advantage.dim() == 1:
+        return advantage.unsqueeze(-1).expand_as(log_ratio)  # [B] -> [B, K]
+    if advantage.shape != log_ratio.shape:
+        raise ValueError(f"advantage shape {list(advantage.shape)} does not match log_ratio {list(log_ratio.shape)}")
+    return advantage
+
+
+def masked_mean(value: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of ``value`` over entries where ``mask`` is true (all entries when mask is None)."""
+    if mask is None:
+        return value.mean()
+    mask = mask.to(value.dtype)
+    return (value * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def _clip_objective(
+    ratio: torch.Tensor, advantage: torch.Tensor, clip_low: float | torch.Tensor, clip_high: float | torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) [B, K] and the mask of entries outside the band."""
+    lower = (1.0 - torch.as_tensor(clip_low)).to(ratio)
+    upper = (1.0 + torch.as_tensor(clip_high)).to(ratio)
+    clipped_ratio = torch.maximum(torch.minimum(ratio, upper), lower)
+    objective = torch.minimum(ratio * advantage, clipped_ratio * advantage)  # [B, K]
+    return objective, (ratio < lower) | (ratio > upper)
+
+
+def _finish(
+    objective: torch.Tensor,
+    log_ratio: torch.Tensor,
+    weight: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    clipped: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Weight, mask and negate a per-entry objective [B, K] into a loss to minimize."""
+    if weight is not None:
+        objective = objective * weight
+    return -masked_mean(objective, mask), ratio_metrics(log_ratio, mask, clipped=clipped)
+
+
+def clipped_surrogate(
+    log_ratio: torch.Tensor,
+    advantage: torch.Tensor,
+    clip_low: float | torch.Tensor = 0.2,
+    clip_high: float | torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's clipped surrogate (Schulman et al. 2017, eq. 7), negated so that it is minimized.
+
+    L = -mean_{b,k} w_k * min(r A, clip(r, 1 - eps_low_k, 1 + eps_high_k) A),  r = exp(log_ratio).
+
+    Args:
+        log_ratio: [B, K] log(pi_new / pi_old).
+        advantage: [B] or [B, K].
+        clip_low: eps_low, scalar or [K] (per denoising step, per token...).
+        clip_high: eps_high, scalar or [K]; None means symmetric (eps_high = eps_low).
+        weight: optional [K] or [B, K] weights (e.g. DPPO's denoising discount).
+        mask: optional [B, K] bool; padded entries (LLM) are excluded from the mean.
+    """
+    advantage = _broadcast_advantage(advantage, log_ratio)
+    clip_high = clip_low if clip_high is None else clip_high
+    objective, clipped = _clip_objective(torch.exp(log_ratio), advantage, clip_low, clip_high)
+    return _finish(objective, log_ratio, weight, mask, clipped)
+
+
+def plain_surrogate(
+    log_ratio: torch.Tensor,
+    advantage: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Unclipped importance-weighted surrogate (TRPO, Schulman et al. 2015 eq. 14): -mean(r A)."""
+    advantage = _broadcast_advantage(advantage, log_ratio)
+    return _finish(torch.exp(log_ratio) * advantage, log_ratio, weight, mask)
+
+
+@torch.no_grad()
+def ratio_metrics(
+    log_ratio: torch.Tensor, mask: torch.Tensor | None = None, clipped: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    """Approximate KL (k3 estimator, Schulman 2020: (r - 1) - log r), ratio drift and clip fraction."""
+    ratio = torch.exp(log_ratio)
+    metrics = {
+        "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
+        "ratio_mean_abs_dev": masked_mean((ratio - 1.0).abs(), mask),
+        "ratio_max": ratio.max() if mask is None else ratio.masked_fill(~mask.bool(), 0.0).max(),
+    }
+    if clipped is not None:
+        metrics["clip_fraction"] = masked_mean(clipped.to(log_ratio.dtype), mask)
+    return metrics
+
+
+def adapt_kl_coef(coef: float, measured_kl: float, target: float, factor: float = 2.0, tolerance: float = 1.5) -> float:
+    """PPO-penalty coefficient update (Schulman et al. 2017, sec. 4), a pure function; the loop holds the state.
+
+    d < target / tolerance -> coef / factor;  d > target * tolerance -> coef * factor;  otherwise unchanged.
+    """
+    if measured_kl < target / tolerance:
+        return coef / factor
+    if measured_kl > target * tolerance:
+        return coef * factor
+    return coef
+
+
+FloatOrPerK = float | tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class RatioControl:
+    """How the surrogate keeps the probability ratio near 1: a name plus the constants it uses (data only).
+
+    Per-K constants (``clip_low``/``clip_high``) may be tuples of length K (DPPO steps, LLM tokens).
+    """
+
+    name: str = "clip"
+    """One of RATIO_CONTROLS."""
+    clip_low: FloatOrPerK = 0.2
+    """eps (``clip``, ``dual_clip``) or eps_low (``clip_asymmetric``): lower band 1 - eps_low."""
+    clip_high: FloatOrPerK | None = None
+    """eps_high for ``clip_asymmetric`` (required there; e.g. 0.28 as in DAPO); None means eps_low."""
+    dual_clip: float = 3.0
+    """c > 1: floor c * A on the objective of negative-advantage entries (``dual_clip``)."""
+    spo_eps: float = 0.2
+    """eps of SPO's penalty |A| / (2 eps) (r - 1)^2; the per-entry optimum sits at r = 1 +- eps."""
+    gate_temperature_pos: float = 1.0
+    """tau for A > 0 in the sigmoid gate; larger tau means faster decay of the gradient away from r = 1."""
+    gate_temperature_neg: float = 1.05
+    """tau for A <= 0 in the sigmoid gate (SAPO uses tau_neg > tau_pos)."""
+    kl_coef: float = 1.0
+    """beta of ``kl_penalty_adaptive``; the loop replaces it between updates (see ``adapted``)."""
+    kl_target: float = 0.01
+    """d_targ of ``kl_penalty_adaptive``."""
+
+    def __post_init__(self) -> None:
+        if self.name not in RATIO_CONTROLS:
+            raise ValueError(f"ratio control name={self.name!r} is unknown; allowed: {', '.join(RATIO_CONTROLS)}")
+        for key in ("clip_low", "clip_high"):
+            values = getattr(self, key)
+            values = () if values is None else values if isinstance(values, tuple) else (values,)
+            if any(not 0.0 < float(v) for v in values) or (key == "clip_low" and any(float(v) >= 1.0 for v in values)):
+                allowed = "in (0, 1)" if key == "clip_low" else "> 0"
+                raise ValueError(f"ratio control {key}={getattr(self, key)!r}: each value must be {allowed}")
+        if self.name == "clip" and self.clip_high is not None and self.clip_high != self.clip_low:
+            raise ValueError(
+                f"ratio control 'clip' is symmetric but clip_high={self.clip_high!r}; use 'clip_asymmetric'"
+            )
+        if self.name == "clip_asymmetric" and self.clip_high is None:
+            raise ValueError("ratio control 'clip_asymmetric' needs clip_high (e.g. clip_low=0.2, clip_high=0.28)")
+        checks = {
+            "dual_clip": (self.dual_clip, self.dual_clip > 1.0, "> 1"),
+            "spo_eps": (self.spo_eps, self.spo_eps > 0.0, "> 0"),
+            "gate_temperature_pos": (self.gate_temperature_pos, self.gate_temperature_pos > 0.0, "> 0"),
+            "gate_temperature_neg": (self.gate_temperature_neg, self.gate_temperature_neg > 0.0, "> 0"),
+            "kl_coef": (self.kl_coef, self.kl_coef >= 0.0, ">= 0"),
+            "kl_target": (self.kl_target, self.kl_target > 0.0, "> 0"),
+        }
+        for key, (value, ok, allowed) in checks.items():
+            if not ok:
+                raise ValueError(f"ratio control {key}={value!r}: must be {allowed}")
+
+    def adapted(self, measured_kl: float) -> RatioControl:
+        """The control to use for the next update: beta adapted for ``kl_penalty_adaptive``, else ``self``."""
+        if self.name != "kl_penalty_adaptive":
+            return self
+        return dataclasses.replace(self, kl_coef=adapt_kl_coef(self.kl_coef, measured_kl, self.kl_target))
+
+
+def _per_k(value: FloatOrPerK) -> float | torch.Tensor:
+    return torch.tensor(value) if isinstance(value, tuple) else value
+
+
+def surrogate(
+    log_ratio: torch.Tensor,
+    advantage: torch.Tensor,
+    control: RatioControl,
+    weight: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    kl: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The surrogate loss of the PPO/TRPO family under ``control`` (see the module table), negated to minimize.
+
+    Args:
+        log_ratio: [B, K] log(pi_new / pi_old).
+        advantage: [B] or [B, K].
+        control: which ratio control, with its constants.
+        weight: optional [K] or [B, K] weights.
+        mask: optional [B, K] bool of valid entries.
+        kl: optional exact KL(pi_old || pi_new) per row [B] (``SupportsKL``) for ``kl_penalty_adaptive``;
+            without it the penalty uses the k3 estimator (r - 1) - log r (Schulman 2020), unbiased under
+            samples from pi_old.
+
+    Returns:
+        (loss, metrics): metrics hold approx_kl, ratio_mean_abs_dev, ratio_max and control-specific entries.
+    """
+    advantage = _broadcast_advantage(advantage, log_ratio)  # [B, K]
+    ratio = torch.exp(log_ratio)  # [B, K]
+    name = control.name
+    if name == "plain":
+        return _finish(ratio * advantage, log_ratio, weight, mask)
+    if name in ("clip", "clip_asymmetric", "dual_clip"):
+        clip_high = control.clip_low if control.clip_high is None else control.clip_high
+        objective, clipped = _clip_objective(ratio, advantage, _per_k(control.clip_low), _per_k(clip_high))
+        if name != "dual_clip":
+            return _finish(objective, log_ratio, weight, mask, clipped)
+        # Dual clip (Ye et al. 2020, eq. 5): for A < 0, max(min(rA, clip(r)A), cA) bounds the loss of huge r.
+        floor = control.dual_clip * advantage
+        dual = (advantage < 0) & (floor > objective)
+        loss, metrics = _finish(torch.where(dual, floor, objective), log_ratio, weight, mask, clipped)
+        return loss, metrics | {"dual_clip_fraction": masked_mean(dual.to(ratio.dtype), mask).detach()}
+    if name == "kl_penalty_adaptive":
+        # PPO-penalty (Schulman et al. 2017, eq. 8): r A - beta KL[pi_old, pi_new].
+        kl_term = (ratio - 1.0) - log_ratio if kl is None else _broadcast_advantage(kl, log_ratio)  # [B, K]
+        loss, metrics = _finish(ratio * advantage - control.kl_coef * kl_term, log_ratio, weight, mask)
+        return loss, metrics | {
+            "kl_coef": torch.tensor(control.kl_coef),
+            "kl_penalty": masked_mean(kl_term, mask).detach(),
+        }
+    if name == "spo_penalty":
+        # SPO (Xie et al. 2024, eq. 9): r A - |A| / (2 eps) (r - 1)^2; optimum at r = 1 + sign(A) eps.
+        objective = ratio * advantage - advantage.abs() / (2.0 * control.spo_eps) * (ratio - 1.0) ** 2
+        return _finish(objective, log_ratio, weight, mask)
+    # sigmoid_gate, SAPO (Gao et al. 2025, arXiv:2511.20347): f(r) = (4 / tau) sigmoid(tau (r - 1)), objective f(r) A.
+    # d f / d r = 4 sigmoid (1 - sigmoid), which is 1 at r = 1 (the plain gradient on-policy) and decays smoothly.
+    tau = torch.where(advantage > 0, control.gate_temperature_pos, control.gate_temperature_neg).to(ratio)
+    gate = torch.sigmoid(tau * (ratio - 1.0))  # [B, K]
+    loss, metrics = _finish(4.0 / tau * gate * advantage, log_ratio, weight, mask)
+    return loss, metrics | {"gate_weight": masked_mean(4.0 * gate * (1.0 - gate), mask).detach()}
