@@ -1,0 +1,30 @@
+"""Algorithms: an explicit registry from ``algo.name`` to (config dataclass, builder)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from robopt.algorithms.ppo import PPO, PPOConfig
+from robopt.config import register_algo_config
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """``build(config, policy, critic) -> OnPolicyAlgorithm``; ``kind`` is 'on_policy' or 'off_policy'."""
+
+    config_cls: type
+    build: Callable
+    kind: str
+    summary: str
+
+
+ALGORITHMS: dict[str, AlgorithmSpec] = {}
+
+
+def register_algorithm(name: str, spec: AlgorithmSpec) -> None:
+    ALGORITHMS[name] = spec
+    register_algo_config(name, spec.config_cls)
+
+
+register_algorithm("ppo", AlgorithmSpec(PPOConfig, PPO, "on_policy", "PPO with the clipped surrogate"))

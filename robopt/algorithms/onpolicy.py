@@ -1,0 +1,148 @@
+"""The one on-policy loop: collect a rollout, estimate advantages, hand the batch to an algorithm's update.
+
+Shapes: T steps per env, N envs, B = T * N, D obs dim, A action dim.
+PPO, TRPO (and later FPO, DPPO) differ only in the ``OnPolicyAlgorithm.update`` they plug in; the loop
+never calls ``log_prob``. Everything stays on ``env.device``; metrics are reduced once per iteration.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from robopt.buffers.rollout import RolloutBatch, RolloutStorage
+from robopt.config import RolloutConfig
+from robopt.core.advantages import bootstrap_value, gae, normalize_advantage
+from robopt.core.normalization import RewardScaler
+from robopt.core.protocols import Policy, VecEnv
+
+
+class NonFiniteError(RuntimeError):
+    """NaN or Inf reached the training data or the loss; the message names the iteration and the source."""
+
+
+class OnPolicyAlgorithm(Protocol):
+    """What an on-policy algorithm plugs into the loop."""
+
+    def update(self, batch: RolloutBatch, progress: float) -> dict[str, torch.Tensor]:
+        """Improve policy/critic on ``batch``; ``progress`` in [0, 1] drives schedules. Returns scalar metrics."""
+        ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class OnPolicyLoop:
+    """Owns the env, the current observation and the rollout storage; one call to ``iteration`` = one update."""
+
+    def __init__(
+        self,
+        env: VecEnv,
+        policy: Policy,
+        critic: torch.nn.Module,
+        algorithm: OnPolicyAlgorithm,
+        rollout: RolloutConfig,
+        seed: int = 0,
+    ) -> None:
+        self.env, self.policy, self.critic, self.algorithm, self.rollout = env, policy, critic, algorithm, rollout
+        self.storage = RolloutStorage(rollout.num_steps, env.num_envs, env.obs_dim, env.action_dim, env.device)
+        self.reward_scaler = RewardScaler(env.num_envs, rollout.gamma).to(env.device)
+        self.obs = env.reset(seed=seed)  # [N, D]
+        self.iteration_count = 0
+        self.env_steps = 0
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.rollout.num_steps * self.env.num_envs
+
+    @torch.no_grad()
+    def collect(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fill the storage with T steps; returns (episode returns, episode lengths) of episodes that ended."""
+        storage, env, policy, critic = self.storage, self.env, self.policy, self.critic
+        ended_return = torch.zeros(storage.num_steps, env.num_envs, device=env.device)  # [T, N]
+        ended_length = torch.zeros(storage.num_steps, env.num_envs, dtype=torch.int64, device=env.device)
+        obs = self.obs
+        for t in range(storage.num_steps):
+            action, info = policy.act(obs)  # [N, A]
+            value = critic(obs)  # [N]
+            env_action = torch.maximum(torch.minimum(action, env.action_high), env.action_low)
+            next_obs, reward, terminated, truncated, env_info = env.step(env_action)
+            if self.rollout.normalize_reward:
+                reward = self.reward_scaler(reward, terminated | truncated)
+            storage.insert(t, obs, action, info, value, reward, terminated, truncated, env_info["final_obs"])
+            ended_return[t] = env_info["episode_return"]
+            ended_length[t] = env_info["episode_length"]
+            obs = next_obs
+        self.obs = obs
+        ended = ended_length > 0
+        return ended_return[ended], ended_length[ended]
+
+    @torch.no_grad()
+    def advantages(self) -> RolloutBatch:
+        """GAE over the filled storage, bootstrapping truncated rows from V(final_obs)."""
+        storage, rollout = self.storage, self.rollout
+        last_value = self.critic(self.obs)  # [N]
+        final_value = torch.zeros_like(storage.value)  # [T, N]
+        truncated_rows = storage.truncated.nonzero(as_tuple=True)
+        if truncated_rows[0].numel() > 0:
+            final_value[truncated_rows] = self.critic(storage.final_obs[truncated_rows])
+        next_value = bootstrap_value(storage.value, last_value, final_value, storage.terminated, storage.truncated)
+        advantage, return_target = gae(
+            storage.reward, storage.value, next_value, storage.terminated, storage.truncated,
+            rollout.gamma, rollout.gae_lambda,
+        )  # fmt: skip
+        if rollout.normalize_advantage:
+            advantage = normalize_advantage(advantage)
+        return storage.flatten(advantage, return_target)
+
+    def iteration(self, progress: float) -> dict[str, float]:
+        """Collect, estimate advantages, update, then refresh the normalizers. Returns metrics as floats."""
+        episode_return, episode_length = self.collect()
+        self.iteration_count += 1
+        self.env_steps += self.steps_per_iteration
+        self._check_finite("observation", self.storage.obs)
+        self._check_finite("reward", self.storage.reward)
+        batch = self.advantages()
+        metrics = self.algorithm.update(batch, progress)
+        values = {k: float(v) for k, v in metrics.items()}
+        for name, value in values.items():
+            if not torch.isfinite(torch.tensor(value)):
+                raise NonFiniteError(f"iteration {self.iteration_count}: non-finite {name} ({value})")
+        # The statistics a rollout was collected with are the ones its update saw; refresh them only now.
+        self.policy.normalizer.update(batch.obs)
+        self.critic.normalizer.update(batch.obs)
+        if episode_return.numel() > 0:
+            values["episode_return"] = float(episode_return.mean())
+            values["episode_length"] = float(episode_length.float().mean())
+        values["episodes"] = float(episode_return.numel())
+        return values
+
+    def _check_finite(self, source: str, tensor: torch.Tensor) -> None:
+        if not bool(torch.isfinite(tensor).all()):
+            raise NonFiniteError(f"iteration {self.iteration_count}: non-finite {source} from env {self.env.env_id}")
+
+    def state_dict(self) -> dict:
+        state = {
+            "policy": self.policy.state_dict(),
+            "critic": self.critic.state_dict(),
+            "algorithm": self.algorithm.state_dict(),
+            "reward_scaler": self.reward_scaler.state_dict(),
+            "obs": self.obs,
+            "iteration": self.iteration_count,
+            "env_steps": self.env_steps,
+        }
+        if hasattr(self.env, "state_dict"):
+            state["env"] = self.env.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.critic.load_state_dict(state["critic"])
+        self.algorithm.load_state_dict(state["algorithm"])
+        self.reward_scaler.load_state_dict(state["reward_scaler"])
+        self.iteration_count, self.env_steps = state["iteration"], state["env_steps"]
+        if state.get("env") is not None and hasattr(self.env, "load_state_dict"):
+            self.env.load_state_dict(state["env"])
+            self.obs = state["obs"].to(self.env.device)

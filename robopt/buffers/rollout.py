@@ -1,0 +1,98 @@
+"""Device-resident rollout storage for the on-policy loop.
+
+Shapes: T steps per env, N envs, B = T * N flattened batch, D obs dim, A action dim.
+Policy info (whatever ``policy.act`` returned) is stored key by key as [T, N, ...].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """A flattened rollout (or a minibatch of one): every tensor has leading dim B."""
+
+    obs: torch.Tensor  # [B, D]
+    action: torch.Tensor  # [B, A]
+    policy_info: dict[str, torch.Tensor]  # each [B, ...]
+    value: torch.Tensor  # [B] V(s) at collection time
+    advantage: torch.Tensor  # [B]
+    return_target: torch.Tensor  # [B]
+
+    def __len__(self) -> int:
+        return self.obs.shape[0]
+
+    def index(self, indices: torch.Tensor) -> RolloutBatch:
+        """The rows ``indices`` [b] as a new batch."""
+        return RolloutBatch(
+            obs=self.obs[indices],
+            action=self.action[indices],
+            policy_info={k: v[indices] for k, v in self.policy_info.items()},
+            value=self.value[indices],
+            advantage=self.advantage[indices],
+            return_target=self.return_target[indices],
+        )
+
+    def minibatches(self, minibatch_size: int, generator: torch.Generator | None = None):
+        """Yield shuffled minibatches covering the batch once (the last one may be smaller)."""
+        order = torch.randperm(len(self), device=self.obs.device, generator=generator)
+        for start in range(0, len(self), minibatch_size):
+            yield self.index(order[start : start + minibatch_size])
+
+
+class RolloutStorage:
+    """Preallocated [T, N, ...] tensors on the env device; filled step by step, then flattened."""
+
+    def __init__(self, num_steps: int, num_envs: int, obs_dim: int, action_dim: int, device: torch.device) -> None:
+        self.num_steps, self.num_envs, self.device = num_steps, num_envs, device
+        shape = (num_steps, num_envs)
+        self.obs = torch.zeros(*shape, obs_dim, device=device)  # [T, N, D]
+        self.final_obs = torch.zeros(*shape, obs_dim, device=device)  # [T, N, D]
+        self.action = torch.zeros(*shape, action_dim, device=device)  # [T, N, A]
+        self.reward = torch.zeros(shape, device=device)  # [T, N]
+        self.value = torch.zeros(shape, device=device)  # [T, N]
+        self.terminated = torch.zeros(shape, dtype=torch.bool, device=device)  # [T, N]
+        self.truncated = torch.zeros(shape, dtype=torch.bool, device=device)  # [T, N]
+        self.policy_info: dict[str, torch.Tensor] = {}
+
+    def insert(
+        self,
+        t: int,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        policy_info: dict[str, torch.Tensor],
+        value: torch.Tensor,
+        reward: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        final_obs: torch.Tensor,
+    ) -> None:
+        """Write step t (every tensor has leading dim N)."""
+        self.obs[t] = obs
+        self.action[t] = action
+        self.value[t] = value
+        self.reward[t] = reward
+        self.terminated[t] = terminated
+        self.truncated[t] = truncated
+        self.final_obs[t] = final_obs
+        for key, tensor in policy_info.items():
+            if key not in self.policy_info:
+                self.policy_info[key] = torch.zeros(
+                    self.num_steps, *tensor.shape, dtype=tensor.dtype, device=self.device
+                )
+            self.policy_info[key][t] = tensor
+
+    def flatten(self, advantage: torch.Tensor, return_target: torch.Tensor) -> RolloutBatch:
+        """[T, N, ...] -> [B, ...] batch with the advantages and return targets [T, N]."""
+        batch_size = self.num_steps * self.num_envs
+        return RolloutBatch(
+            obs=self.obs.reshape(batch_size, -1),
+            action=self.action.reshape(batch_size, -1),
+            policy_info={k: v.reshape(batch_size, *v.shape[2:]) for k, v in self.policy_info.items()},
+            value=self.value.reshape(batch_size),
+            advantage=advantage.reshape(batch_size),
+            return_target=return_target.reshape(batch_size),
+        )

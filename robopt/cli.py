@@ -1,0 +1,127 @@
+"""The ``robopt`` command: train, eval, plot, list. Bad input exits with code 2 and one line, no traceback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from robopt.config import ConfigError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Policy optimization for robots.")
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"robopt: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def train(
+    config: Optional[Path] = typer.Argument(None, help="YAML experiment file, e.g. configs/ppo_halfcheetah.yaml"),
+    overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, e.g. algo.clip_low=0.1"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="continue this run directory from its last checkpoint"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="no live progress bar"),
+) -> None:
+    """Train from a config file (or resume a run)."""
+    from robopt.algorithms.onpolicy import NonFiniteError
+    from robopt.config import load_config
+    from robopt.runner import LAST_CHECKPOINT, load_run_config
+    from robopt.runner import train as run_training
+
+    try:
+        if resume is not None:
+            if config is not None and "=" in str(config):  # `train --resume RUN k=v`: the override landed in CONFIG
+                overrides = [str(config), *(overrides or [])]
+            elif config is not None:
+                _fail("give either CONFIG or --resume RUN_DIR, not both")
+            if not (resume / LAST_CHECKPOINT).is_file():
+                _fail(f"cannot resume {str(resume)!r}: no checkpoint at {LAST_CHECKPOINT}")
+            experiment = load_run_config(resume)
+            if overrides:
+                from robopt.config import apply_overrides, build_dataclass, config_to_dict, ExperimentConfig
+
+                experiment = build_dataclass(ExperimentConfig, apply_overrides(config_to_dict(experiment), overrides))
+        elif config is None:
+            _fail("missing CONFIG (a YAML file in configs/) or --resume RUN_DIR")
+        else:
+            experiment = load_config(config, overrides or [])
+        result = run_training(experiment, resume_dir=resume, progress=False if no_progress else None)
+    except ConfigError as error:
+        _fail(str(error))
+    except NonFiniteError as error:
+        _fail(f"training stopped: {error}; the last good checkpoint is kept", code=3)
+    except KeyboardInterrupt:
+        _fail("stopped by user; the last checkpoint on disk is kept", code=130)
+    typer.echo(f"run directory: {result.run_dir}")
+    typer.echo(f"env steps: {result.env_steps}  iterations: {result.iterations}  last return: {result.last_return}")
+    if result.stopped_by_user:
+        typer.echo(f"stopped by user; checkpoint saved; resume with: robopt train --resume {result.run_dir}")
+        raise typer.Exit(130)
+
+
+@app.command("eval")
+def evaluate(
+    run_dir: Path = typer.Argument(..., help="run directory (runs/<experiment>/<timestamp>)"),
+    episodes: int = typer.Option(10, "--episodes", help="episodes with the deterministic policy"),
+    video: Optional[Path] = typer.Option(None, "--video", help="also record one episode to this MP4 file"),
+    seed: int = typer.Option(10_000, "--seed", help="evaluation seed"),
+) -> None:
+    """Mean and std of the deterministic policy's return over N episodes."""
+    from robopt.evaluation import evaluate_run, record_video
+
+    try:
+        result = evaluate_run(run_dir, episodes, seed)
+    except ConfigError as error:
+        _fail(str(error))
+    typer.echo(f"return {result.mean_return:.1f} +- {result.std_return:.1f} over {episodes} episodes "
+               f"(mean length {result.mean_length:.0f})")  # fmt: skip
+    if video is not None:
+        try:
+            frames = record_video(run_dir, video, seed=seed)
+        except Exception as error:  # rendering needs an OpenGL backend (MUJOCO_GL=egl or osmesa) and the env's renderer
+            _fail(f"could not record video: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", 1)
+        typer.echo(f"video: {video} ({frames} frames)")
+
+
+@app.command()
+def plot(
+    run_dirs: list[Path] = typer.Argument(..., help="run directories; runs sharing a config name are grouped"),
+    out: Path = typer.Option(Path("curves.png"), "--out", help="output image"),
+) -> None:
+    """Learning curves: return vs environment steps, mean and spread over seeds."""
+    from robopt.plotting import plot_runs
+
+    try:
+        groups = plot_runs(run_dirs, out)
+    except ConfigError as error:
+        _fail(str(error))
+    typer.echo(f"wrote {out} ({', '.join(f'{name}: {n} run(s)' for name, n in groups.items())})")
+
+
+@app.command("list")
+def list_registered() -> None:
+    """Registered envs, backends, policies and algorithms."""
+    from robopt.algorithms import ALGORITHMS
+    from robopt.envs import BACKENDS, list_env_ids
+    from robopt.policies import POLICIES
+
+    typer.echo("algorithms: " + ", ".join(f"{k} ({v.summary})" for k, v in sorted(ALGORITHMS.items())))
+    typer.echo("policies:   " + ", ".join(sorted(POLICIES)))
+    typer.echo("backends:   " + ", ".join(BACKENDS))
+    typer.echo("native envs: " + (", ".join(list_env_ids()) or "(none)"))
+    typer.echo("gymnasium:  any registered Gymnasium id with Box spaces, e.g. HalfCheetah-v5, Hopper-v5, Pendulum-v1")
+
+
+def main() -> None:
+    try:
+        app()
+    except ConfigError as error:  # errors raised while parsing outside a command
+        typer.echo(f"robopt: error: {error}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

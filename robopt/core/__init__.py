@@ -1,0 +1,1 @@
+"""Algorithm-independent building blocks: protocols, losses, advantages, normalization, updaters."""

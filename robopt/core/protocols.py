@@ -1,0 +1,95 @@
+"""Protocols every backend, policy and ability implements (see DESIGN.md section 3).
+
+Shapes follow ``robopt.core.shapes``: N envs, B batch, K inner log-ratio axis, D obs dim, A action dim.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+
+@runtime_checkable
+class VecEnv(Protocol):
+    """N environments stepped as one batch; everything is a torch tensor on ``device``.
+
+    ``step`` auto-resets rows that ended. Its ``info`` dict always holds:
+        ``final_obs``       [N, D] float32: last observation of rows that ended (other rows: the next obs).
+        ``episode_return``  [N] float32: undiscounted return of the episode that ended (0 elsewhere).
+        ``episode_length``  [N] int64: length of the episode that ended (0 elsewhere).
+    Terminated and truncated are never merged.
+    """
+
+    num_envs: int
+    obs_dim: int
+    action_dim: int
+    action_low: torch.Tensor  # [A]
+    action_high: torch.Tensor  # [A]
+    device: torch.device
+    env_id: str
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Reset every env; returns obs [N, D] float32."""
+        ...
+
+    def step(
+        self, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Step with action [N, A]; returns obs [N, D], reward [N], terminated [N] bool, truncated [N] bool, info."""
+        ...
+
+    def close(self) -> None:
+        """Release simulator resources."""
+        ...
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What the on-policy loop needs from any policy (Gaussian, diffusion, flow, language)."""
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Returns action [N, A] and the per-row info this policy needs later for ``log_ratio``."""
+        ...
+
+    def log_ratio(self, obs: torch.Tensor, action: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
+        """log(pi_new / pi_old) as [B, K]; exactly 0 at the parameters that produced ``info``."""
+        ...
+
+    def export_module(self) -> nn.Module:
+        """Stateless deterministic module ``obs [B, D] -> action [B, A]`` with normalization folded in."""
+        ...
+
+
+@runtime_checkable
+class SupportsLogProb(Protocol):
+    """Policies with a tractable log-density (SAC, reference-KL)."""
+
+    def log_prob(self, obs: torch.Tensor, action: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
+        """log pi(action | obs) as [B]."""
+        ...
+
+
+@runtime_checkable
+class SupportsKL(Protocol):
+    """Policies with a closed-form KL to their acting-time distribution (TRPO, adaptive learning rates)."""
+
+    def kl(self, obs: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
+        """KL(pi_old || pi_new) per row as [B], where pi_old is described by ``info``."""
+        ...
+
+
+@runtime_checkable
+class SupportsEntropy(Protocol):
+    """Policies with a closed-form (or estimated) entropy."""
+
+    def entropy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Entropy per row as [B]."""
+        ...
+
+
+def require(obj: Any, protocol: type, what: str, why: str) -> None:
+    """Fail at build time with a readable message if ``obj`` lacks ``protocol`` (e.g. TRPO with a flow policy)."""
+    if not isinstance(obj, protocol):
+        raise TypeError(f"{what} needs a policy that {protocol.__name__}: {type(obj).__name__} does not ({why})")

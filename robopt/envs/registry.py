@@ -1,0 +1,85 @@
+"""Env ids and backends: one explicit registry, no import strings.
+
+Ids:
+    ``mujoco/<Task>``: a native batched task (robopt.envs.tasks); runs on backend ``mujoco`` (CPU threads),
+        ``mujoco_warp`` (GPU) or ``gymnasium`` (the matching Gymnasium v5 env, for parity and comparison).
+    Any Gymnasium id (``HalfCheetah-v5``, ``Pendulum-v1``...): backend ``gymnasium``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from robopt.core.protocols import VecEnv
+
+BACKENDS = ("auto", "gymnasium", "mujoco", "mujoco_warp")
+
+
+@dataclass(frozen=True)
+class NativeTask:
+    """A native task: its Gymnasium twin and a factory per backend (``factory(num_envs, device, **kw)``)."""
+
+    name: str
+    gymnasium_id: str
+    factories: dict[str, Callable[..., VecEnv]]
+
+
+NATIVE_TASKS: dict[str, NativeTask] = {}
+
+
+def register_native_task(task: NativeTask) -> None:
+    """Add a native task under ``mujoco/<name>``."""
+    NATIVE_TASKS[f"mujoco/{task.name}"] = task
+
+
+def _ensure_native_tasks_loaded() -> None:
+    try:
+        import robopt.envs.tasks  # noqa: F401  (registers the native tasks when the module exists)
+    except ModuleNotFoundError as error:
+        if error.name != "robopt.envs.tasks":
+            raise
+
+
+def list_env_ids() -> list[str]:
+    """Registered native ids (Gymnasium ids are open-ended and not listed)."""
+    _ensure_native_tasks_loaded()
+    return sorted(NATIVE_TASKS)
+
+
+def make_env(
+    env_id: str, num_envs: int, backend: str = "auto", device: str | torch.device = "cpu", **kwargs
+) -> VecEnv:
+    """Build a VecEnv. ``backend='auto'`` picks the fastest backend present for the id."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown env backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    if env_id.startswith("mujoco/"):
+        _ensure_native_tasks_loaded()
+        if env_id not in NATIVE_TASKS:
+            allowed = ", ".join(sorted(NATIVE_TASKS)) or "(none registered)"
+            raise ValueError(f"unknown native task {env_id!r}; allowed: {allowed}")
+        task = NATIVE_TASKS[env_id]
+        if backend == "auto":
+            backend = _fastest_backend(task, torch.device(device))
+        if backend == "gymnasium":
+            from robopt.envs.gymnasium_env import GymnasiumVecEnv
+
+            return GymnasiumVecEnv(task.gymnasium_id, num_envs, device=device, **kwargs)
+        if backend not in task.factories:
+            raise ValueError(f"{env_id}: backend {backend!r} is not available; allowed: gymnasium, {', '.join(task.factories)}")
+        return task.factories[backend](num_envs=num_envs, device=device, **kwargs)
+    if backend not in ("auto", "gymnasium"):
+        raise ValueError(f"env {env_id!r} is a Gymnasium id and runs only on backend 'gymnasium', not {backend!r}")
+    from robopt.envs.gymnasium_env import GymnasiumVecEnv
+
+    return GymnasiumVecEnv(env_id, num_envs, device=device, **kwargs)
+
+
+def _fastest_backend(task: NativeTask, device: torch.device) -> str:
+    if device.type == "cuda" and "mujoco_warp" in task.factories:
+        return "mujoco_warp"
+    if "mujoco" in task.factories:
+        return "mujoco"
+    return "gymnasium"

@@ -1,0 +1,49 @@
+"""Learning curves from run directories: return vs env steps, mean and min-max spread over seeds."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from robopt.config import ConfigError
+from robopt.logging import read_progress
+
+
+def plot_runs(run_dirs: list[Path], out: Path, points: int = 200) -> dict[str, int]:
+    """Group runs by experiment name, interpolate each onto a common step grid, draw mean and spread."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import yaml
+
+    groups: dict[str, list[tuple[list[float], list[float]]]] = defaultdict(list)
+    for run_dir in run_dirs:
+        if not (run_dir / "progress.csv").is_file() or not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"{str(run_dir)!r} is not a run directory with progress.csv and config.yaml")
+        name = yaml.safe_load((run_dir / "config.yaml").read_text()).get("name", run_dir.parent.name)
+        steps, returns = read_progress(run_dir)
+        if steps:
+            groups[name].append((steps, returns))
+    if not groups:
+        raise ConfigError("none of the runs has finished an episode yet; nothing to plot")
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for name, runs in sorted(groups.items()):
+        end = min(run[0][-1] for run in runs)
+        grid = np.linspace(min(run[0][0] for run in runs), end, points)
+        curves = np.stack([np.interp(grid, steps, returns) for steps, returns in runs])
+        mean = curves.mean(0)
+        (line,) = axis.plot(grid, mean, label=f"{name} (n={len(runs)})")
+        if len(runs) > 1:
+            axis.fill_between(grid, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.2)
+    axis.set_xlabel("environment steps")
+    axis.set_ylabel("episode return")
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+    return {name: len(runs) for name, runs in groups.items()}

@@ -1,0 +1,30 @@
+"""State-value critic: V(norm(s)) as an MLP. Shapes: B batch, D obs dim."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from robopt.core.normalization import RunningNormalizer
+from robopt.policies.networks import mlp
+
+
+class ValueCritic(nn.Module):
+    """V(s) [B] with its own running observation normalizer (updated by the loop alongside the policy's)."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        normalize_obs: bool = True,
+        orthogonal_init: bool = True,
+    ) -> None:
+        super().__init__()
+        self.normalizer = RunningNormalizer(obs_dim, enabled=normalize_obs)
+        self.net = mlp(obs_dim, 1, hidden, activation, output_gain=1.0, orthogonal_init=orthogonal_init)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(self.normalizer(obs)).squeeze(-1)

@@ -1,0 +1,136 @@
+"""Diagonal Gaussian policy with a state-independent log-std, optionally tanh-squashed.
+
+Shapes: B batch (or N envs), D obs dim, A action dim, K = 1 for this policy's log-ratio.
+``act`` stores in ``info``: ``log_prob`` [B], ``mean`` [B, A], ``log_std`` [B, A] and, when squashed,
+``pre_tanh`` [B, A]; ``log_ratio`` and ``kl`` read them back.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from robopt.core.normalization import RunningNormalizer
+from robopt.policies.networks import mlp
+
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+class GaussianPolicy(nn.Module):
+    """pi(a|s) = N(mu(norm(s)), diag(exp(log_std))^2); with ``squash``, a = low + (tanh(u) + 1) (high - low) / 2."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        action_low: torch.Tensor,
+        action_high: torch.Tensor,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        log_std_init: float = 0.0,
+        squash: bool = False,
+        normalize_obs: bool = True,
+        orthogonal_init: bool = True,
+    ) -> None:
+        super().__init__()
+        self.obs_dim, self.action_dim, self.squash = obs_dim, action_dim, squash
+        self.normalizer = RunningNormalizer(obs_dim, enabled=normalize_obs)
+        self.mean_net = mlp(obs_dim, action_dim, hidden, activation, output_gain=0.01, orthogonal_init=orthogonal_init)
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
+        self.register_buffer("action_low", torch.as_tensor(action_low, dtype=torch.float32).reshape(action_dim))
+        self.register_buffer("action_high", torch.as_tensor(action_high, dtype=torch.float32).reshape(action_dim))
+
+    def distribution_params(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """mean [B, A] and log_std [B, A] for obs [B, D]."""
+        mean = self.mean_net(self.normalizer(obs))
+        return mean, self.log_std.expand_as(mean)
+
+    def _to_env(self, sample: torch.Tensor) -> torch.Tensor:
+        if not self.squash:
+            return sample
+        return self.action_low + (torch.tanh(sample) + 1.0) * 0.5 * (self.action_high - self.action_low)
+
+    @staticmethod
+    def _gaussian_log_prob(sample: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+        # log N(x; mu, sigma) summed over A: -0.5 ((x - mu) / sigma)^2 - log sigma - 0.5 log 2 pi
+        z = (sample - mean) * torch.exp(-log_std)
+        return (-0.5 * z.square() - log_std - 0.5 * LOG_2PI).sum(-1)
+
+    def _squash_correction(self, pre_tanh: torch.Tensor) -> torch.Tensor:
+        # log |da/du| = sum log((high - low) / 2 * (1 - tanh(u)^2)); stable form 2 (log 2 - u - softplus(-2u))
+        log_det = 2.0 * (math.log(2.0) - pre_tanh - nn.functional.softplus(-2.0 * pre_tanh))
+        return (log_det + torch.log(0.5 * (self.action_high - self.action_low))).sum(-1)
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Sample (or take the mean of) the policy; returns action [B, A] and info for ``log_ratio``."""
+        mean, log_std = self.distribution_params(obs)
+        sample = mean if deterministic else mean + torch.exp(log_std) * torch.randn_like(mean)
+        log_prob = self._gaussian_log_prob(sample, mean, log_std)
+        info = {"log_prob": log_prob, "mean": mean, "log_std": log_std}
+        if self.squash:
+            info["pre_tanh"] = sample
+            info["log_prob"] = log_prob - self._squash_correction(sample)
+        return self._to_env(sample), info
+
+    def _sample_of(self, action: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
+        return info["pre_tanh"] if self.squash else action
+
+    def log_prob(self, obs: torch.Tensor, action: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
+        """log pi(action | obs) [B] (squashed: includes the tanh Jacobian, needs ``info['pre_tanh']``)."""
+        mean, log_std = self.distribution_params(obs)
+        sample = self._sample_of(action, info)
+        log_prob = self._gaussian_log_prob(sample, mean, log_std)
+        return log_prob - self._squash_correction(sample) if self.squash else log_prob
+
+    def log_ratio(self, obs: torch.Tensor, action: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
+        """log pi_new(a|s) - log pi_old(a|s) as [B, 1]; the tanh Jacobian cancels, so only the Gaussian part."""
+        mean, log_std = self.distribution_params(obs)
+        sample = self._sample_of(action, info)
+        new = self._gaussian_log_prob(sample, mean, log_std)
+        old = info["log_prob"] + self._squash_correction(sample) if self.squash else info["log_prob"]
+        return (new - old).unsqueeze(-1)
+
+    def kl(self, obs: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
+        """KL(pi_old || pi_new) [B] between diagonal Gaussians (closed form; tanh is a bijection, KL unchanged)."""
+        mean, log_std = self.distribution_params(obs)
+        old_mean, old_log_std = info["mean"], info["log_std"]
+        var_ratio = torch.exp(2.0 * (old_log_std - log_std))
+        mean_term = (old_mean - mean).square() * torch.exp(-2.0 * log_std)
+        return (log_std - old_log_std + 0.5 * (var_ratio + mean_term) - 0.5).sum(-1)
+
+    def entropy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Entropy of the (unsquashed) Gaussian [B]: sum(log_std + 0.5 log(2 pi e))."""
+        return (self.log_std + 0.5 * (LOG_2PI + 1.0)).sum().expand(obs.shape[0])
+
+    def export_module(self) -> nn.Module:
+        """Deterministic ``obs [B, D] -> action [B, A]`` with normalizer and bounds folded in."""
+        return ExportedGaussianPolicy(self)
+
+
+class ExportedGaussianPolicy(nn.Module):
+    """Stateless deterministic action path of a GaussianPolicy: normalize, mean net, squash or clip."""
+
+    def __init__(self, policy: GaussianPolicy) -> None:
+        super().__init__()
+        norm = policy.normalizer
+        self.enabled, self.clip, self.squash = norm.enabled, float(norm.clip), policy.squash
+        self.register_buffer("obs_mean", norm.mean.detach().to(torch.float32).clone())
+        self.register_buffer("obs_std", torch.sqrt(norm.var + norm.eps).detach().to(torch.float32).clone())
+        self.register_buffer("action_low", policy.action_low.detach().clone())
+        self.register_buffer("action_high", policy.action_high.detach().clone())
+        self.mean_net = copy.deepcopy(policy.mean_net).eval()
+        for parameter in self.parameters():
+            parameter.requires_grad_(False)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.to(torch.float32)
+        if self.enabled:
+            x = torch.clamp((x - self.obs_mean) / self.obs_std, -self.clip, self.clip)
+        mean = self.mean_net(x)
+        if self.squash:
+            return self.action_low + (torch.tanh(mean) + 1.0) * 0.5 * (self.action_high - self.action_low)
+        return torch.maximum(torch.minimum(mean, self.action_high), self.action_low)

@@ -1,0 +1,162 @@
+"""Builds an experiment from its config and runs it: run directory, checkpoints, progress, evaluation."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import random
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from robopt.algorithms import ALGORITHMS
+from robopt.algorithms.onpolicy import OnPolicyLoop
+from robopt.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from robopt.config import ConfigError, ExperimentConfig, build_dataclass, config_to_dict
+from robopt.envs import make_env
+from robopt.logging import RunLogger
+from robopt.policies import POLICIES, ValueCritic
+
+LAST_CHECKPOINT = "checkpoints/last.pt"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_env(config: ExperimentConfig, num_envs: int | None = None, **extra):
+    """The VecEnv of a config; env construction errors become one-line ConfigErrors."""
+    try:
+        return make_env(
+            config.env.id, num_envs or config.env.num_envs, backend=config.env.backend, device=config.device,
+            **{**config.env.kwargs, **extra},
+        )  # fmt: skip
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"env.id={config.env.id!r}: {error}") from None
+
+
+def build_policy(config: ExperimentConfig, env) -> torch.nn.Module:
+    p = config.policy
+    policy = POLICIES[p.name](
+        env.obs_dim, env.action_dim, env.action_low, env.action_high, hidden=p.hidden, activation=p.activation,
+        log_std_init=p.log_std_init, squash=p.squash, normalize_obs=p.normalize_obs, orthogonal_init=p.orthogonal_init,
+    )  # fmt: skip
+    return policy.to(config.device)
+
+
+def build_critic(config: ExperimentConfig, env) -> torch.nn.Module:
+    c = config.critic
+    critic = ValueCritic(env.obs_dim, c.hidden, c.activation, normalize_obs=config.policy.normalize_obs)
+    return critic.to(config.device)
+
+
+def build_loop(config: ExperimentConfig) -> OnPolicyLoop:
+    """Seeded env, policy, critic, algorithm and loop for an on-policy config."""
+    seed_everything(config.seed)
+    if config.torch_threads > 0:
+        torch.set_num_threads(config.torch_threads)
+    env = build_env(config)
+    policy, critic = build_policy(config, env), build_critic(config, env)
+    algo_name = config_to_dict(config)["algo"]["name"]
+    algorithm = ALGORITHMS[algo_name].build(config.algo, policy, critic)
+    return OnPolicyLoop(env, policy, critic, algorithm, config.rollout, seed=config.seed)
+
+
+def new_run_dir(config: ExperimentConfig) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    run_dir = Path(config.log.run_root) / config.name / stamp
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=False)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    return run_dir
+
+
+def load_run_config(run_dir: Path) -> ExperimentConfig:
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
+    return build_dataclass(ExperimentConfig, yaml.safe_load(path.read_text()))
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    env_steps: int
+    iterations: int
+    last_return: float | None
+    stopped_by_user: bool = False
+
+
+class _InterruptFlag:
+    """First Ctrl-C: finish the iteration, checkpoint, stop. A second one stops at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self) -> _InterruptFlag:
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not in the main thread
+            self._previous = None
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\ninterrupt: finishing this iteration and saving a checkpoint (Ctrl-C again to stop now)", flush=True)
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _checkpoint_state(loop: OnPolicyLoop, config: ExperimentConfig) -> dict:
+    return {"loop": loop.state_dict(), "rng": rng_state(), "config": config_to_dict(config)}
+
+
+def train(config: ExperimentConfig, resume_dir: Path | None = None, progress: bool | None = None) -> TrainResult:
+    """Train ``config`` in a new run directory, or continue ``resume_dir`` from its last checkpoint."""
+    loop = build_loop(config)
+    if resume_dir is not None:
+        run_dir = Path(resume_dir)
+        checkpoint = load_checkpoint(run_dir / LAST_CHECKPOINT)
+        loop.load_state_dict(checkpoint["loop"])
+        set_rng_state(checkpoint["rng"])
+    else:
+        run_dir = new_run_dir(config)
+    logger = RunLogger(run_dir)
+    show_progress = config.log.progress if progress is None else progress
+    total_iterations = max(1, config.total_steps // loop.steps_per_iteration)
+    last_return, stopped = None, False
+    from robopt.progress import TrainingProgress
+
+    try:
+        with _InterruptFlag() as interrupt, TrainingProgress(total_iterations * loop.steps_per_iteration, show_progress) as bar:
+            bar.advance_to(loop.env_steps)
+            start = time.perf_counter()
+            start_steps = loop.env_steps
+            while loop.iteration_count < total_iterations:
+                metrics = loop.iteration(progress=loop.iteration_count / total_iterations)
+                metrics["steps_per_second"] = (loop.env_steps - start_steps) / (time.perf_counter() - start)
+                metrics["wall_time"] = time.perf_counter() - start
+                last_return = metrics.get("episode_return", last_return)
+                logger.log(loop.env_steps, metrics)
+                bar.update(loop.env_steps, metrics["steps_per_second"], last_return)
+                done = loop.iteration_count >= total_iterations
+                if done or interrupt.requested or loop.iteration_count % config.log.checkpoint_every == 0:
+                    save_checkpoint(run_dir / LAST_CHECKPOINT, _checkpoint_state(loop, config))
+                if interrupt.requested:
+                    stopped = True
+                    break
+    finally:
+        logger.close()
+        loop.env.close()
+    return TrainResult(run_dir, loop.env_steps, loop.iteration_count, last_return, stopped)
