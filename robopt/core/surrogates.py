@@ -144,44 +144,35 @@ def adapt_kl_coef(coef: float, measured_kl: float, target: float, factor: float 
     return coef
 
 
-FloatOrPerK = float | tuple[float, ...]
+def _field(default: object, doc: str, choices: tuple[str, ...] | None = None) -> object:
+    # Same metadata as robopt.config.option, so RatioControl nests inside algorithm configs (algo.ratio.*).
+    return dataclasses.field(default=default, metadata={"doc": doc, "choices": choices})
 
 
 @dataclass(frozen=True)
 class RatioControl:
     """How the surrogate keeps the probability ratio near 1: a name plus the constants it uses (data only).
 
-    Per-K constants (``clip_low``/``clip_high``) may be tuples of length K (DPPO steps, LLM tokens).
+    Nests in algorithm configs as ``algo.ratio``; e.g. ``algo.ratio.name=spo_penalty algo.ratio.spo_eps=0.2``.
     """
 
-    name: str = "clip"
-    """One of RATIO_CONTROLS."""
-    clip_low: FloatOrPerK = 0.2
-    """eps (``clip``, ``dual_clip``) or eps_low (``clip_asymmetric``): lower band 1 - eps_low."""
-    clip_high: FloatOrPerK | None = None
-    """eps_high for ``clip_asymmetric`` (required there; e.g. 0.28 as in DAPO); None means eps_low."""
-    dual_clip: float = 3.0
-    """c > 1: floor c * A on the objective of negative-advantage entries (``dual_clip``)."""
-    spo_eps: float = 0.2
-    """eps of SPO's penalty |A| / (2 eps) (r - 1)^2; the per-entry optimum sits at r = 1 +- eps."""
-    gate_temperature_pos: float = 1.0
-    """tau for A > 0 in the sigmoid gate; larger tau means faster decay of the gradient away from r = 1."""
-    gate_temperature_neg: float = 1.05
-    """tau for A <= 0 in the sigmoid gate (SAPO uses tau_neg > tau_pos)."""
-    kl_coef: float = 1.0
-    """beta of ``kl_penalty_adaptive``; the loop replaces it between updates (see ``adapted``)."""
-    kl_target: float = 0.01
-    """d_targ of ``kl_penalty_adaptive``."""
+    name: str = _field("clip", "ratio control (see robopt.core.surrogates)", RATIO_CONTROLS)
+    clip_low: float = _field(0.2, "clip, dual_clip: eps; clip_asymmetric: eps_low (band starts at 1 - eps_low)")
+    clip_high: float | None = _field(None, "clip_asymmetric: eps_high (e.g. 0.28, DAPO); None means clip_low")
+    dual_clip: float = _field(3.0, "dual_clip: c > 1, floor c * A on the objective of negative-advantage entries")
+    spo_eps: float = _field(0.2, "spo_penalty: eps of |A| / (2 eps) (r - 1)^2; per-entry optimum at r = 1 +- eps")
+    gate_temperature_pos: float = _field(1.0, "sigmoid_gate: tau for A > 0 (larger decays faster away from r = 1)")
+    gate_temperature_neg: float = _field(1.05, "sigmoid_gate: tau for A <= 0 (SAPO uses tau_neg > tau_pos)")
+    kl_coef: float = _field(1.0, "kl_penalty_adaptive: initial beta; the algorithm adapts it between updates")
+    kl_target: float = _field(0.01, "kl_penalty_adaptive: target mean KL d_targ per update")
 
     def __post_init__(self) -> None:
         if self.name not in RATIO_CONTROLS:
             raise ValueError(f"ratio control name={self.name!r} is unknown; allowed: {', '.join(RATIO_CONTROLS)}")
-        for key in ("clip_low", "clip_high"):
-            values = getattr(self, key)
-            values = () if values is None else values if isinstance(values, tuple) else (values,)
-            if any(not 0.0 < float(v) for v in values) or (key == "clip_low" and any(float(v) >= 1.0 for v in values)):
-                allowed = "in (0, 1)" if key == "clip_low" else "> 0"
-                raise ValueError(f"ratio control {key}={getattr(self, key)!r}: each value must be {allowed}")
+        if not 0.0 < self.clip_low < 1.0:
+            raise ValueError(f"ratio control clip_low={self.clip_low!r}: must be in (0, 1)")
+        if self.clip_high is not None and self.clip_high <= 0.0:
+            raise ValueError(f"ratio control clip_high={self.clip_high!r}: must be > 0")
         if self.name == "clip" and self.clip_high is not None and self.clip_high != self.clip_low:
             raise ValueError(
                 f"ratio control 'clip' is symmetric but clip_high={self.clip_high!r}; use 'clip_asymmetric'"
@@ -205,10 +196,6 @@ class RatioControl:
         if self.name != "kl_penalty_adaptive":
             return self
         return dataclasses.replace(self, kl_coef=adapt_kl_coef(self.kl_coef, measured_kl, self.kl_target))
-
-
-def _per_k(value: FloatOrPerK) -> float | torch.Tensor:
-    return torch.tensor(value) if isinstance(value, tuple) else value
 
 
 def surrogate(
@@ -241,7 +228,7 @@ def surrogate(
         return _finish(ratio * advantage, log_ratio, weight, mask)
     if name in ("clip", "clip_asymmetric", "dual_clip"):
         clip_high = control.clip_low if control.clip_high is None else control.clip_high
-        objective, clipped = _clip_objective(ratio, advantage, _per_k(control.clip_low), _per_k(clip_high))
+        objective, clipped = _clip_objective(ratio, advantage, control.clip_low, clip_high)
         if name != "dual_clip":
             return _finish(objective, log_ratio, weight, mask, clipped)
         # Dual clip (Ye et al. 2020, eq. 5): for A < 0, max(min(rA, clip(r)A), cA) bounds the loss of huge r.

@@ -169,11 +169,11 @@ def test_clip_matches_legacy_clipped_surrogate_with_weight_and_mask() -> None:
     assert plain.item() == pytest.approx(0.65)
 
 
-def test_per_k_clip_bounds() -> None:
+def test_per_k_clip_bounds_through_clipped_surrogate() -> None:
     # K = 2 with eps = (0.1, 0.3), r = 1.25 on both, A = 1: min(1.25, 1.1) = 1.1 and min(1.25, 1.3) = 1.25.
     # Loss = -(1.1 + 1.25) / 2 = -1.175.
     log_ratio = torch.full((1, 2), math.log(1.25))
-    loss, _ = surrogate(log_ratio, torch.tensor([1.0]), RatioControl("clip", clip_low=(0.1, 0.3)))
+    loss, _ = clipped_surrogate(log_ratio, torch.tensor([1.0]), torch.tensor([0.1, 0.3]))
     assert loss.item() == pytest.approx(-1.175)
 
 
