@@ -65,7 +65,7 @@ class MujocoBackend:
         self._state["qvel"] = torch.from_numpy(self._state_buf[:, 1 + nq : 1 + nq + nv])
         self._state["body_mass"] = torch.from_numpy(self._body_mass)
         bounds = np.linspace(0, num_envs, min(num_threads, num_envs) + 1).astype(int)
-        self._chunks = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+        self._chunks = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
         self._pool = ThreadPoolExecutor(len(self._chunks) - 1) if len(self._chunks) > 1 else None
         self._nominal = nominal_params_of(model)
 

@@ -102,7 +102,9 @@ class Hopper:
         qpos, qvel = state["qpos"], state["qvel"]
         rest = torch.cat([qpos[:, 2:], qvel], dim=1)
         healthy_state = _inside(rest, *self.healthy_state_range).all(dim=1)
-        return healthy_state & _inside(qpos[:, 1], *self.healthy_z_range) & _inside(qpos[:, 2], *self.healthy_angle_range)
+        return (
+            healthy_state & _inside(qpos[:, 1], *self.healthy_z_range) & _inside(qpos[:, 2], *self.healthy_angle_range)
+        )
 
     def reward(self, state, action, position_before, dt):
         return _walker_reward(self, state, action, position_before, dt)

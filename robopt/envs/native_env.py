@@ -1,0 +1,225 @@
+"""Native batched MuJoCo env: a task (batched torch functions) over a physics backend, as a VecEnv.
+
+Shapes: N envs, M rows being reset, D obs dim, A action dim.
+
+Per-env model parameters: ``set_model_params`` sets a row's base values (absolute), applied at that row's
+next reset; a ``Randomization`` multiplies them by fresh U(low, high) scales (one per element) at every
+reset. Rows left at their nominal values with no randomization never pay for it.
+
+Unstable simulation (MuJoCo reset the row itself, or its state is not finite): the row ends with
+``terminated=True``, reward 0 and ``final_obs`` = its last good observation (so nothing NaN reaches the
+learner and nothing is bootstrapped from a broken state), is reset from the task's distribution, is
+flagged in ``info["unstable"]``, is counted in ``unstable_count`` and logs a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, fields
+
+import mujoco
+import torch
+
+from robopt.envs.episode_stats import EpisodeTracker
+from robopt.envs.physics import PARAM_NAMES, PhysicsBackend, gymnasium_asset
+from robopt.envs.tasks.base import Task
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Randomization:
+    """Domain randomization: each parameter element is scaled by U(low, high) at every reset of its row."""
+
+    body_mass: tuple[float, float] = (1.0, 1.0)
+    """Scale range for every body mass."""
+    geom_friction: tuple[float, float] = (1.0, 1.0)
+    """Scale range for every geom's (sliding, torsional, rolling) friction."""
+    dof_damping: tuple[float, float] = (1.0, 1.0)
+    """Scale range for every joint DoF damping."""
+    actuator_gain: tuple[float, float] = (1.0, 1.0)
+    """Scale range for every actuator gain (motor force per unit ctrl)."""
+
+    @classmethod
+    def from_config(cls, value: Randomization | dict | None) -> Randomization:
+        """Build from a config mapping such as ``{"body_mass": [0.8, 1.2]}``; unknown keys are errors."""
+        if value is None or isinstance(value, Randomization):
+            return value or cls()
+        allowed = [f.name for f in fields(cls)]
+        unknown = [key for key in value if key not in allowed]
+        if unknown:
+            raise ValueError(f"unknown randomization keys {unknown}; allowed: {', '.join(allowed)}")
+        parsed = {}
+        for key, bounds in value.items():
+            low, high = (float(b) for b in bounds)
+            if not 0.0 < low <= high:
+                raise ValueError(f"randomization {key}={list(bounds)}: need 0 < low <= high")
+            parsed[key] = (low, high)
+        return cls(**parsed)
+
+    @property
+    def active(self) -> bool:
+        """Whether any range differs from (1, 1)."""
+        return any(getattr(self, name) != (1.0, 1.0) for name in PARAM_NAMES)
+
+
+def check_action(env_id: str, action: torch.Tensor, num_envs: int, action_dim: int) -> None:
+    """Raise TypeError/ValueError naming the env unless action is a finite float tensor [N, A]."""
+    if not isinstance(action, torch.Tensor):
+        raise TypeError(f"{env_id}: action must be a torch.Tensor [N, A], got {type(action).__name__}")
+    if tuple(action.shape) != (num_envs, action_dim):
+        raise ValueError(f"{env_id}: action must have shape [{num_envs}, {action_dim}], got {list(action.shape)}")
+    if not action.dtype.is_floating_point:
+        raise TypeError(f"{env_id}: action must be a floating-point tensor, got {action.dtype}")
+    if not torch.isfinite(action).all():
+        raise ValueError(f"{env_id}: action contains NaN or Inf")
+
+
+class NativeVecEnv:
+    """A task stepped on a physics backend; implements ``robopt.core.protocols.VecEnv``."""
+
+    def __init__(
+        self,
+        task: Task,
+        physics: PhysicsBackend,
+        env_id: str,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        randomization: Randomization | dict | None = None,
+    ) -> None:
+        self.task, self.physics, self.env_id = task, physics, env_id
+        self.num_envs = physics.num_envs
+        self.device = torch.device(device)
+        model = physics.mj_model
+        self.action_dim = model.nu
+        ctrl_range = torch.tensor(model.actuator_ctrlrange, dtype=torch.float32, device=self.device)  # [A, 2]
+        self.action_low, self.action_high = ctrl_range[:, 0].contiguous(), ctrl_range[:, 1].contiguous()
+        self.dt = model.opt.timestep * task.frame_skip
+        self.randomization = Randomization.from_config(randomization)
+        self.unstable_count = 0
+        self._generator = torch.Generator()
+        self._generator.manual_seed(seed) if seed is not None else self._generator.seed()
+        nominal = physics.nominal_params()
+        self._base_params = {k: v.expand(self.num_envs, *v.shape).clone() for k, v in nominal.items()}
+        self._custom = torch.zeros(self.num_envs, dtype=torch.bool)  # rows with non-nominal base params
+        self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)  # [N]
+        self._tracker = EpisodeTracker(self.num_envs, self.device)
+        self._obs = self._reset_rows(torch.arange(self.num_envs))  # [N, D]
+        self.obs_dim = self._obs.shape[1]
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Reset every row; a seed restarts the reset-noise stream (same seed, same episodes)."""
+        if seed is not None:
+            self._generator.manual_seed(seed)
+        self._obs = self._reset_rows(torch.arange(self.num_envs))
+        self._elapsed.zero_()
+        self._tracker.reset()
+        return self._obs
+
+    def step(self, action: torch.Tensor):
+        """Step every row with action [N, A]; see ``robopt.core.protocols.VecEnv``. Adds info["unstable"] [N]."""
+        check_action(self.env_id, action, self.num_envs, self.action_dim)
+        state = self.physics.state()
+        action = action.detach().to(self.physics.device, state["qpos"].dtype)
+        position_before = self.task.tracked_position(state)  # [N, P]
+        unstable = self.physics.step(action, self.task.frame_skip)  # [N]
+        state = self.physics.state()
+        obs = self.task.observe(state).to(self.device, torch.float32)  # [N, D]
+        reward, terminated = self.task.reward(state, action, position_before, self.dt)
+        reward, terminated = reward.to(self.device, torch.float32), terminated.to(self.device)
+        unstable = unstable.to(self.device)
+        self._elapsed += 1
+        truncated = self._elapsed >= self.task.max_episode_steps
+        if bool(unstable.any()):
+            count = int(unstable.sum())
+            self.unstable_count += count
+            logger.warning("%s: %d env(s) became unstable (NaN or MuJoCo warning); resetting them", self.env_id, count)
+            obs = torch.where(unstable[:, None], self._obs, obs)
+            reward = reward.masked_fill(unstable, 0.0)
+            terminated, truncated = terminated | unstable, truncated & ~unstable
+        done = terminated | truncated
+        next_obs = obs
+        ended = done.nonzero()[:, 0]
+        if ended.numel() > 0:
+            next_obs = obs.clone()
+            next_obs[ended] = self._reset_rows(ended.cpu())
+            self._elapsed[ended] = 0
+        episode_return, episode_length = self._tracker.update(reward, done)
+        info = {"final_obs": obs, "episode_return": episode_return, "episode_length": episode_length}
+        info["unstable"] = unstable
+        self._obs = next_obs
+        return next_obs, reward, terminated, truncated, info
+
+    def set_model_params(self, params: dict[str, torch.Tensor], env_ids: torch.Tensor | None = None) -> None:
+        """Set base model parameters (absolute, ``[M, ...]``) of rows env_ids; applied at their next reset."""
+        ids = torch.arange(self.num_envs) if env_ids is None else env_ids.detach().cpu().long()
+        for name, value in params.items():
+            if name not in self._base_params:
+                raise ValueError(f"{self.env_id}: unknown model parameter {name!r}; allowed: {', '.join(PARAM_NAMES)}")
+            expected = (ids.numel(), *self._base_params[name].shape[1:])
+            if tuple(value.shape) != expected:
+                raise ValueError(f"{self.env_id}: {name} must have shape {list(expected)}, got {list(value.shape)}")
+            self._base_params[name][ids] = value.detach().to("cpu", torch.float64)
+        self._custom[ids] = True
+
+    def model_params(self) -> dict[str, torch.Tensor]:
+        """Base parameter values per row (``body_mass`` [N, Bd], ...), float64 CPU copies."""
+        return {name: value.clone() for name, value in self._base_params.items()}
+
+    def _reset_rows(self, env_ids: torch.Tensor) -> torch.Tensor:
+        """Reset rows env_ids [M] (CPU long): parameters, then state; returns their obs [M, D]."""
+        if self.randomization.active or bool(self._custom[env_ids].any()):
+            params = {}
+            for name, base in self._base_params.items():
+                low, high = getattr(self.randomization, name)
+                scale = low + (high - low) * torch.rand(
+                    base[env_ids].shape, generator=self._generator, dtype=torch.float64
+                )
+                params[name] = base[env_ids] * scale
+            self.physics.set_params(env_ids, params)
+        qpos, qvel = self.task.reset_state(env_ids.numel(), self._generator)
+        self.physics.set_state(env_ids, qpos, qvel)
+        obs = self.task.observe(self.physics.state())
+        return obs[env_ids.to(obs.device)].to(self.device, torch.float32)
+
+    def close(self) -> None:
+        """Release the physics backend."""
+        self.physics.close()
+
+
+def load_model(task_cls: type) -> mujoco.MjModel:
+    """The task's MJCF from the installed gymnasium package."""
+    return mujoco.MjModel.from_xml_path(gymnasium_asset(task_cls.xml_file))
+
+
+def make_native_env(task_cls: type, backend: str, num_envs: int, device: str | torch.device = "cpu", **kwargs):
+    """Build ``mujoco/<Task>`` on ``backend`` ('mujoco' or 'mujoco_warp').
+
+    Keyword options: ``seed``, ``randomization`` (mapping or Randomization), ``num_threads`` (mujoco),
+    ``nconmax``/``njmax`` (mujoco_warp); anything else goes to the task (Gymnasium's v5 option names).
+    """
+    seed, randomization = kwargs.pop("seed", None), kwargs.pop("randomization", None)
+    model = load_model(task_cls)
+    env_id = f"mujoco/{task_cls.name}"
+    if backend == "mujoco":
+        from robopt.envs.mujoco_backend import MujocoBackend
+
+        num_threads = kwargs.pop("num_threads", 2)
+        task = _make_task(task_cls, model, env_id, kwargs)
+        physics = MujocoBackend(model, num_envs, task.fields, num_threads=num_threads)
+    elif backend == "mujoco_warp":
+        from robopt.envs.warp_backend import WarpBackend  # imports warp lazily (extra [gpu])
+
+        warp_options = {k: kwargs.pop(k) for k in ("nconmax", "njmax") if k in kwargs}
+        task = _make_task(task_cls, model, env_id, kwargs)
+        physics = WarpBackend(model, num_envs, task.fields, device=device, **warp_options)
+    else:
+        raise ValueError(f"{env_id}: unknown native backend {backend!r}; allowed: mujoco, mujoco_warp")
+    return NativeVecEnv(task, physics, env_id, device=device, seed=seed, randomization=randomization)
+
+
+def _make_task(task_cls: type, model: mujoco.MjModel, env_id: str, options: dict) -> Task:
+    try:
+        return task_cls(model, **options)
+    except TypeError as error:
+        raise TypeError(f"{env_id}: bad task option ({error})") from None

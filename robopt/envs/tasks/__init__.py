@@ -1,0 +1,32 @@
+"""Native batched MuJoCo tasks matching Gymnasium v5, registered as ``mujoco/<Task>``.
+
+Backends: ``mujoco`` (CPU threads, always present) and ``mujoco_warp`` (registered when the optional
+``[gpu]`` extra is installed; warp itself is imported only when such an env is built).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import partial
+
+from robopt.envs.native_env import make_native_env
+from robopt.envs.registry import NativeTask, register_native_task
+from robopt.envs.tasks.control import InvertedDoublePendulum, InvertedPendulum, Pusher, Reacher
+from robopt.envs.tasks.locomotion import Ant, HalfCheetah, Hopper, Humanoid, Walker2d
+
+TASKS = (HalfCheetah, Hopper, Walker2d, Ant, Humanoid, InvertedPendulum, InvertedDoublePendulum, Reacher, Pusher)
+
+
+def _register_all() -> None:
+    backends = ["mujoco"]
+    if importlib.util.find_spec("mujoco_warp") is not None:
+        backends.append("mujoco_warp")
+    for task_cls in TASKS:
+        factories = {backend: partial(make_native_env, task_cls, backend) for backend in backends}
+        register_native_task(NativeTask(task_cls.name, task_cls.gymnasium_id, factories=factories))
+
+
+_register_all()
+
+__all__ = ["TASKS", "Ant", "HalfCheetah", "Hopper", "Humanoid", "InvertedDoublePendulum", "InvertedPendulum"]
+__all__ += ["Pusher", "Reacher", "Walker2d"]
