@@ -122,8 +122,16 @@ def _checkpoint_state(loop: OnPolicyLoop, config: ExperimentConfig) -> dict:
     return {"loop": loop.state_dict(), "rng": rng_state(), "config": config_to_dict(config)}
 
 
-def train(config: ExperimentConfig, resume_dir: Path | None = None, progress: bool | None = None) -> TrainResult:
-    """Train ``config`` in a new run directory, or continue ``resume_dir`` from its last checkpoint."""
+def train(
+    config: ExperimentConfig,
+    resume_dir: Path | None = None,
+    progress: bool | None = None,
+    stop_at_iteration: int | None = None,
+) -> TrainResult:
+    """Train ``config`` in a new run directory, or continue ``resume_dir`` from its last checkpoint.
+
+    ``stop_at_iteration`` checkpoints and stops early (time-sliced jobs); ``--resume`` continues the run.
+    """
     loop = build_loop(config)
     if resume_dir is not None:
         run_dir = Path(resume_dir)
@@ -150,11 +158,12 @@ def train(config: ExperimentConfig, resume_dir: Path | None = None, progress: bo
                 last_return = metrics.get("episode_return", last_return)
                 logger.log(loop.env_steps, metrics)
                 bar.update(loop.env_steps, metrics["steps_per_second"], last_return)
-                done = loop.iteration_count >= total_iterations
+                done = loop.iteration_count >= total_iterations or loop.iteration_count == stop_at_iteration
                 if done or interrupt.requested or loop.iteration_count % config.log.checkpoint_every == 0:
                     save_checkpoint(run_dir / LAST_CHECKPOINT, _checkpoint_state(loop, config))
                 if interrupt.requested:
                     stopped = True
+                if done or interrupt.requested:
                     break
     finally:
         logger.close()

@@ -15,11 +15,10 @@ from robopt.buffers.rollout import RolloutBatch, RolloutStorage
 from robopt.config import RolloutConfig
 from robopt.core.advantages import bootstrap_value, gae, normalize_advantage
 from robopt.core.normalization import RewardScaler
+from robopt.core.errors import NonFiniteError
 from robopt.core.protocols import Policy, VecEnv
 
-
-class NonFiniteError(RuntimeError):
-    """NaN or Inf reached the training data or the loss; the message names the iteration and the source."""
+__all__ = ["NonFiniteError", "OnPolicyAlgorithm", "OnPolicyLoop"]
 
 
 class OnPolicyAlgorithm(Protocol):
@@ -99,7 +98,10 @@ class OnPolicyLoop:
 
     def iteration(self, progress: float) -> dict[str, float]:
         """Collect, estimate advantages, update, then refresh the normalizers. Returns metrics as floats."""
-        episode_return, episode_length = self.collect()
+        try:
+            episode_return, episode_length = self.collect()
+        except NonFiniteError as error:
+            raise NonFiniteError(f"iteration {self.iteration_count + 1}: {error}") from None
         self.iteration_count += 1
         self.env_steps += self.steps_per_iteration
         self._check_finite("observation", self.storage.obs)

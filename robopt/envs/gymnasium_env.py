@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from robopt.core.errors import NonFiniteError
 from robopt.envs.episode_stats import EpisodeTracker
 
 
@@ -65,6 +66,9 @@ class GymnasiumVecEnv:
                 obs, _ = env.reset()
                 obs = np.asarray(obs, dtype=np.float32).reshape(-1)
             self._obs[i] = obs
+        if not (np.isfinite(self._final_obs).all() and np.isfinite(self._reward).all()):
+            source = "reward" if np.isfinite(self._final_obs).all() else "observation"
+            raise NonFiniteError(f"non-finite {source} from env {self.env_id}")
         to = self.device
         reward = torch.as_tensor(self._reward.copy(), device=to)
         terminated = torch.as_tensor(self._terminated.copy(), device=to)

@@ -70,11 +70,13 @@ class GaussianPolicy(nn.Module):
         mean, log_std = self.distribution_params(obs)
         sample = mean if deterministic else mean + torch.exp(log_std) * torch.randn_like(mean)
         log_prob = self._gaussian_log_prob(sample, mean, log_std)
-        info = {"log_prob": log_prob, "mean": mean, "log_std": log_std}
         if self.squash:
-            info["pre_tanh"] = sample
-            info["log_prob"] = log_prob - self._squash_correction(sample)
-        return self._to_env(sample), info
+            log_prob = log_prob - self._squash_correction(sample)
+        # info is a snapshot of the acting-time distribution: detached copies, never views of parameters.
+        info = {"log_prob": log_prob.detach(), "mean": mean.detach(), "log_std": log_std.detach().clone()}
+        if self.squash:
+            info["pre_tanh"] = sample.detach()
+        return self._to_env(sample).detach(), info
 
     def _sample_of(self, action: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
         return info["pre_tanh"] if self.squash else action

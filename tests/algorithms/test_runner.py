@@ -1,0 +1,142 @@
+"""Runner behaviour: reproducible seeds, exact resume, NaN stops, atomic checkpoints, CLI errors, Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from robopt.algorithms.onpolicy import NonFiniteError
+from robopt.checkpoint import load_checkpoint
+from robopt.config import build_dataclass, ExperimentConfig
+from robopt.runner import LAST_CHECKPOINT, train
+
+ROOT = Path(__file__).parents[2]
+
+
+def small_config(tmp_path, env_id="Pendulum-v1", **overrides) -> ExperimentConfig:
+    data = {
+        "name": "small",
+        "seed": 3,
+        "total_steps": 4 * 2 * 64,  # 4 iterations of T=64 x N=2
+        "env": {"id": env_id, "num_envs": 2},
+        "policy": {"hidden": [16]},
+        "critic": {"hidden": [16]},
+        "rollout": {"num_steps": 64, "normalize_reward": True},
+        "algo": {"name": "ppo", "epochs": 2, "minibatch_size": 32},
+        "log": {"run_root": str(tmp_path / "runs"), "checkpoint_every": 1, "progress": False},
+    }
+    for key, value in overrides.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    return build_dataclass(ExperimentConfig, data)
+
+
+def _params(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"]["policy"]
+
+
+def test_same_seed_same_result_and_resume_is_exact(tmp_path):
+    config = small_config(tmp_path)
+    full = train(config)
+    again = train(config)
+    for key, value in _params(full.run_dir).items():
+        assert torch.equal(value, _params(again.run_dir)[key]), key
+    partial = train(config, stop_at_iteration=2)
+    assert partial.iterations == 2
+    resumed = train(config, resume_dir=partial.run_dir)
+    assert resumed.iterations == 4 and resumed.env_steps == full.env_steps
+    for key, value in _params(full.run_dir).items():
+        assert torch.equal(value, _params(resumed.run_dir)[key]), key
+    checkpoint = load_checkpoint(resumed.run_dir / LAST_CHECKPOINT)
+    assert checkpoint["config"]["algo"]["name"] == "ppo"
+    assert (resumed.run_dir / "config.yaml").is_file() and list(resumed.run_dir.glob("events.out.tfevents*"))
+
+
+class _NaNAfter(gym.Env):
+    """Observations turn NaN after ``after`` steps (counted over the env's lifetime)."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,))
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,))
+
+    def __init__(self, after: int = 200):
+        self.after, self.count = after, 0
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        self.count += 1
+        obs = np.full(2, np.nan if self.count > self.after else 0.1, dtype=np.float32)
+        return obs, 1.0, False, self.count % 50 == 0, {}
+
+
+gym.register("robopt-test/NaNAfter-v0", entry_point=_NaNAfter)
+
+
+def test_nan_observation_stops_with_iteration_and_keeps_last_checkpoint(tmp_path):
+    config = small_config(tmp_path, env_id="robopt-test/NaNAfter-v0")
+    with pytest.raises(NonFiniteError, match=r"iteration 4: non-finite observation from env robopt-test/NaNAfter-v0"):
+        train(config)
+    (run_dir,) = (tmp_path / "runs" / "small").iterdir()
+    checkpoint = load_checkpoint(run_dir / LAST_CHECKPOINT)
+    assert checkpoint["loop"]["iteration"] == 3  # 200 steps = iterations 1-3 fine (64 per env each), 4th poisoned
+    assert not list((run_dir / "checkpoints").glob(".*tmp*"))
+
+
+def _robopt(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "robopt.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=120, **kwargs
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "configs/missing.yaml"], "config file 'configs/missing.yaml' not found"),
+        (["train", "configs/ppo_pendulum.yaml", "algo.clipp=0.1"], "unknown config key 'algo.clipp'"),
+        (["train", "configs/ppo_pendulum.yaml", "algo.epochs=two"], "algo.epochs: expected an integer, got 'two'"),
+        (["train", "configs/ppo_pendulum.yaml", "env.id=NoSuchEnv-v9"], "unknown Gymnasium env id 'NoSuchEnv-v9'"),
+        (["train", "configs/ppo_pendulum.yaml", "env.backend=tpu"], "env.backend: 'tpu' is not allowed"),
+        (["eval", "/nonexistent/run"], "is not a run directory"),
+    ],
+)
+def test_cli_bad_input_one_line_exit_2(args, message):
+    result = _robopt(*args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_ctrl_c_saves_checkpoint_then_resume_and_eval(tmp_path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "robopt.cli", "train", "configs/ppo_pendulum.yaml", "--no-progress",
+               f"log.run_root={tmp_path}", "total_steps=10000000", "log.checkpoint_every=1000"]  # fmt: skip
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(tmp_path.glob("*/*/progress.csv")):
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    (run_dir,) = tmp_path.glob("ppo_pendulum/*")
+    assert (run_dir / LAST_CHECKPOINT).is_file()
+    assert "resume with: robopt train --resume" in stdout
+    iteration = load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"]["iteration"]
+    assert iteration >= 1
+    stop = f"total_steps={(iteration + 1) * 1024}"
+    resumed = _robopt("train", "--resume", str(run_dir), stop, "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"]["iteration"] == iteration + 1
+    evaluated = _robopt("eval", str(run_dir), "--episodes", "2")
+    assert evaluated.returncode == 0 and "over 2 episodes" in evaluated.stdout
+    plotted = _robopt("plot", str(run_dir), "--out", str(tmp_path / "curves.png"))
+    assert plotted.returncode == 0 and (tmp_path / "curves.png").stat().st_size > 1000

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from robopt.config import ConfigError, ExperimentConfig, build_dataclass, config_to_dict, load_config
+
+CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_loads_and_roundtrips(path):
+    config = load_config(path)
+    assert build_dataclass(ExperimentConfig, config_to_dict(config)) == config
+
+
+def test_overrides_apply_with_types(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("algo: {name: ppo}\n")
+    config = load_config(path, ["algo.clip_low=0.1", "env.num_envs=8", "policy.hidden=[32, 32]"])
+    assert config.algo.clip_low == 0.1 and config.env.num_envs == 8 and config.policy.hidden == (32, 32)
+    assert config.name == "c"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algo.clipp=0.1"], "unknown config key 'algo.clipp'; allowed: clip_high, clip_low"),
+        (["algo.epochs=abc"], "algo.epochs: expected an integer, got 'abc'"),
+        (["policy.activation=gelu"], "policy.activation: 'gelu' is not allowed; allowed: tanh, relu, elu, silu"),
+        (["algo.name=nope"], "algo.name: unknown algorithm 'nope'; allowed:"),
+        (["bogus=1"], "unknown config key 'bogus'"),
+        (["env.num_envs=true"], "env.num_envs: expected an integer, got True"),
+        (["algo.epochs=0"], "algo: epochs and minibatch_size must be >= 1"),
+        (["noequals"], "is not of the form key=value"),
+    ],
+)
+def test_bad_values_name_key_value_and_allowed(tmp_path, overrides, message):
+    path = tmp_path / "c.yaml"
+    path.write_text("algo: {name: ppo}\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(path, overrides)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_every_field_is_documented():
+    from robopt.algorithms import ALGORITHMS
+    from robopt.config import describe_fields
+
+    rows = describe_fields(ExperimentConfig)
+    for spec in ALGORITHMS.values():
+        rows += describe_fields(spec.config_cls, "algo.")
+    undocumented = [key for key, _, doc in rows if not doc]
+    assert undocumented == []
