@@ -155,15 +155,15 @@ class TRPO:
         return {**metrics, **{k: float(v) for k, v in ratio_metrics.items()}}
 
     def critic_epochs(self, batch: RolloutBatch) -> dict[str, float]:
-        sums: dict[str, float] = {}
-        count = 0
+        total, count = 0.0, 0
         for _ in range(self.config.critic_epochs):
             for minibatch in batch.minibatches(self.config.critic_minibatch_size):
                 step = self.critic_updater.step(lambda mb=minibatch: value_loss(self.critic(mb.obs), mb.return_target))
-                for key in ("value_loss", "explained_variance"):
-                    sums[key] = sums.get(key, 0.0) + step[key]
-                count += 1
-        return {key: float(value / count) for key, value in sums.items()}
+                total, count = total + step["value_loss"], count + 1
+        with torch.no_grad():  # 1 - Var(R - V) / Var(R) of the updated critic over the whole batch
+            residual = batch.return_target - self.critic(batch.obs)
+            explained = 1.0 - residual.var() / batch.return_target.var().clamp_min(1e-8)
+        return {"value_loss": float(total / count), "explained_variance": float(explained)}
 
     def state_dict(self) -> dict:
         return {"critic_optimizer": self.critic_updater.state_dict(), "kl_coef": self.ratio.kl_coef}
