@@ -7,6 +7,7 @@ which equals -r * d objective / d r.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -212,3 +213,20 @@ def test_unknown_name_lists_allowed() -> None:
 def test_bad_constants_fail_at_construction(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         RatioControl(**kwargs)
+
+
+RATIO_CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("ppo_*_halfcheetah.yaml"))
+
+
+@pytest.mark.parametrize("path", RATIO_CONFIGS, ids=[p.stem for p in RATIO_CONFIGS])
+def test_ppo_ratio_control_configs_load(path: Path) -> None:
+    # configs/ppo_<control>_halfcheetah.yaml selects exactly <control> through algo.ratio.name.
+    from robopt.config import load_config
+
+    control = path.stem.removeprefix("ppo_").removesuffix("_halfcheetah")
+    assert load_config(path).algo.ratio.name == control
+
+
+def test_one_config_per_ratio_control() -> None:
+    names = {p.stem.removeprefix("ppo_").removesuffix("_halfcheetah") for p in RATIO_CONFIGS}
+    assert set(RATIO_CONTROLS) - {"plain", "clip"} <= names  # clip is configs/ppo_halfcheetah.yaml
