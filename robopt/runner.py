@@ -53,7 +53,10 @@ def build_policy(config: ExperimentConfig, env) -> torch.nn.Module:
 
 def build_critic(config: ExperimentConfig, env) -> torch.nn.Module:
     c = config.critic
-    critic = ValueCritic(env.obs_dim, c.hidden, c.activation, normalize_obs=config.policy.normalize_obs)
+    critic = ValueCritic(
+        env.obs_dim, c.hidden, c.activation, normalize_obs=config.policy.normalize_obs,
+        orthogonal_init=config.policy.orthogonal_init,
+    )  # fmt: skip
     return critic.to(config.device)
 
 

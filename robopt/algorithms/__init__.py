@@ -28,3 +28,7 @@ def register_algorithm(name: str, spec: AlgorithmSpec) -> None:
 
 
 register_algorithm("ppo", AlgorithmSpec(PPOConfig, PPO, "on_policy", "PPO with the clipped surrogate"))
+
+from robopt.algorithms.trpo import TRPO, TRPOConfig  # noqa: E402  (after the registry it registers into)
+
+register_algorithm("trpo", AlgorithmSpec(TRPOConfig, TRPO, "on_policy", "TRPO: natural gradient under a KL bound"))

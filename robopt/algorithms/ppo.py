@@ -1,5 +1,8 @@
 """PPO (Schulman et al. 2017) as a config, a pure loss and an update plugged into the on-policy loop.
 
+The ratio control (clip, clip-higher, dual clip, adaptive KL penalty, SPO, sigmoid gate) is data:
+``algo.ratio.name=...`` picks it from ``robopt.core.surrogates``.
+
 Shapes: B minibatch, K the policy's inner log-ratio axis, D obs dim.
 """
 
@@ -11,9 +14,10 @@ import torch
 
 from robopt.buffers.rollout import RolloutBatch
 from robopt.config import option
-from robopt.core.losses import value_loss
+from robopt.core.losses import explained_variance, value_loss
+from robopt.core.protocols import SupportsEntropy, SupportsKL, require
 from robopt.core.schedules import SCHEDULES, make_schedule
-from robopt.core.surrogates import clipped_surrogate
+from robopt.core.surrogates import RatioControl, ratio_metrics, surrogate
 from robopt.core.updaters import FirstOrderUpdater
 
 
@@ -23,8 +27,7 @@ class PPOConfig:
     lr_schedule: str = option("linear", "learning-rate schedule over training", SCHEDULES)
     epochs: int = option(10, "passes over each rollout")
     minibatch_size: int = option(64, "samples per gradient step")
-    clip_low: float = option(0.2, "ratio clip below 1 (1 - clip_low)")
-    clip_high: float = option(0.2, "ratio clip above 1 (1 + clip_high); > clip_low is 'clip-higher'")
+    ratio: RatioControl = option(RatioControl(), "ratio control of the surrogate (algo.ratio.name=clip|spo_penalty|...)")
     value_clip: float = option(0.0, "clip the value update around the old value (0 disables)")
     value_coef: float = option(0.5, "value loss coefficient")
     entropy_coef: float = option(0.0, "entropy bonus coefficient")
@@ -34,16 +37,17 @@ class PPOConfig:
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.minibatch_size < 1:
             raise ValueError(f"epochs and minibatch_size must be >= 1, got {self.epochs}, {self.minibatch_size}")
-        if not (0.0 < self.clip_low < 1.0) or self.clip_high <= 0.0:
-            raise ValueError(f"need 0 < clip_low < 1 and clip_high > 0, got {self.clip_low}, {self.clip_high}")
+        if self.learning_rate <= 0.0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
 
 
 def ppo_loss(
-    policy, critic, batch: RolloutBatch, config: PPOConfig
+    policy, critic, batch: RolloutBatch, config: PPOConfig, control: RatioControl
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped surrogate + value_coef * value loss - entropy_coef * entropy, on one minibatch (pure)."""
+    """Surrogate under ``control`` + value_coef * value loss - entropy_coef * entropy, on one minibatch (pure)."""
     log_ratio = policy.log_ratio(batch.obs, batch.action, batch.policy_info)  # [B, K]
-    policy_loss, metrics = clipped_surrogate(log_ratio, batch.advantage, config.clip_low, config.clip_high)
+    kl = policy.kl(batch.obs, batch.policy_info) if control.name == "kl_penalty_adaptive" else None
+    policy_loss, metrics = surrogate(log_ratio, batch.advantage, control, kl=kl)
     value = critic(batch.obs)  # [B]
     critic_loss, value_metrics = value_loss(
         value, batch.return_target, batch.value, config.value_clip if config.value_clip > 0 else None
@@ -60,32 +64,54 @@ class PPO:
     """Epochs x minibatches of ``ppo_loss`` through one first-order updater over policy and critic."""
 
     def __init__(self, config: PPOConfig, policy, critic) -> None:
+        if config.entropy_coef > 0.0:
+            require(policy, SupportsEntropy, "PPO with entropy_coef > 0", "the bonus needs the policy's entropy")
+        if config.ratio.name == "kl_penalty_adaptive":
+            require(policy, SupportsKL, "PPO with kl_penalty_adaptive", "the penalty needs KL(pi_old || pi_new)")
         self.config, self.policy, self.critic = config, policy, critic
         params = list(policy.parameters()) + list(critic.parameters())
         self.updater = FirstOrderUpdater(params, config.learning_rate, config.max_grad_norm)
         self.schedule = make_schedule(config.lr_schedule, config.learning_rate)
+        self.control = config.ratio  # adapted between updates (kl_penalty_adaptive); saved in state_dict
 
     def update(self, batch: RolloutBatch, progress: float) -> dict[str, torch.Tensor]:
         config = self.config
         learning_rate = self.schedule(progress)
         self.updater.set_lr(learning_rate)
-        epoch_metrics: list[dict[str, torch.Tensor]] = []
+        epochs_run = 0
+        sums: dict[str, torch.Tensor] = {}
+        count = 0
         for _ in range(config.epochs):
-            sums: dict[str, torch.Tensor] = {}
-            count = 0
+            sums, count = {}, 0  # report the last epoch's minibatch means
             for minibatch in batch.minibatches(config.minibatch_size):
-                metrics = self.updater.step(lambda mb=minibatch: ppo_loss(self.policy, self.critic, mb, config))
+                metrics = self.updater.step(
+                    lambda mb=minibatch: ppo_loss(self.policy, self.critic, mb, config, self.control)
+                )
                 for key, value in metrics.items():
                     sums[key] = sums[key] + value if key in sums else value
                 count += 1
-            epoch_metrics.append({k: v / count for k, v in sums.items()})
-            if config.target_kl > 0.0 and float(epoch_metrics[-1]["approx_kl"]) > 1.5 * config.target_kl:
+            epochs_run += 1
+            if config.target_kl > 0.0 and float(sums["approx_kl"]) / count > 1.5 * config.target_kl:
                 break
-        last = epoch_metrics[-1]
-        return {**last, "epochs_run": torch.tensor(float(len(epoch_metrics))), "learning_rate": torch.tensor(learning_rate)}
+        metrics = {key: value / count for key, value in sums.items()}
+        with torch.no_grad():  # after-update drift over the whole batch: what the trust region is about
+            log_ratio = self.policy.log_ratio(batch.obs, batch.action, batch.policy_info)
+            drift = ratio_metrics(log_ratio)
+        if self.control.name == "kl_penalty_adaptive":
+            self.control = self.control.adapted(float(drift["approx_kl"]))
+        return {
+            **metrics,
+            **{f"batch_{key}": value for key, value in drift.items()},
+            "explained_variance": explained_variance(batch.value, batch.return_target),
+            "epochs_run": torch.tensor(float(epochs_run)),
+            "learning_rate": torch.tensor(learning_rate),
+        }
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.updater.state_dict()}
+        return {"optimizer": self.updater.state_dict(), "kl_coef": self.control.kl_coef}
 
     def load_state_dict(self, state: dict) -> None:
+        import dataclasses
+
         self.updater.load_state_dict(state["optimizer"])
+        self.control = dataclasses.replace(self.control, kl_coef=state["kl_coef"])

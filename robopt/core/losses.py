@@ -20,7 +20,10 @@ def value_loss(
         clipped_value = old_value + torch.clamp(value - old_value, -clip, clip)
         squared = torch.maximum(squared, (clipped_value - return_target).square())
     loss = 0.5 * squared.mean()
-    with torch.no_grad():
-        variance = return_target.var()
-        explained = 1.0 - (return_target - value).var() / variance.clamp_min(1e-8)
-    return loss, {"value_loss": loss.detach(), "explained_variance": explained}
+    return loss, {"value_loss": loss.detach()}
+
+
+@torch.no_grad()
+def explained_variance(value: torch.Tensor, return_target: torch.Tensor) -> torch.Tensor:
+    """1 - Var(R - V) / Var(R): 1 is a perfect critic, 0 no better than a constant."""
+    return 1.0 - (return_target - value).var() / return_target.var().clamp_min(1e-8)

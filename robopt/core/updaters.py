@@ -14,7 +14,8 @@ class FirstOrderUpdater:
         self, params: Iterable[torch.nn.Parameter], lr: float, max_grad_norm: float | None = 0.5, eps: float = 1e-5
     ) -> None:
         self.params = [p for p in params if p.requires_grad]
-        self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=eps)
+        # The fused kernel is several times faster for small networks on CPU (one kernel for all tensors).
+        self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=eps, fused=True)
         self.max_grad_norm = max_grad_norm
 
     def set_lr(self, lr: float) -> None:

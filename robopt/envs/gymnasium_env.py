@@ -11,7 +11,6 @@ import numpy as np
 import torch
 
 from robopt.core.errors import NonFiniteError
-from robopt.envs.episode_stats import EpisodeTracker
 
 
 class GymnasiumVecEnv:
@@ -35,12 +34,8 @@ class GymnasiumVecEnv:
         self.action_low = torch.as_tensor(act_space.low.reshape(-1), dtype=torch.float32, device=self.device)
         self.action_high = torch.as_tensor(act_space.high.reshape(-1), dtype=torch.float32, device=self.device)
         self._obs = np.zeros((num_envs, self.obs_dim), dtype=np.float32)
-        self._final_obs = np.zeros((num_envs, self.obs_dim), dtype=np.float32)
-        self._reward = np.zeros(num_envs, dtype=np.float32)
-        self._terminated = np.zeros(num_envs, dtype=bool)
-        self._truncated = np.zeros(num_envs, dtype=bool)
-        self._tracker = EpisodeTracker(num_envs, self.device)
-        self._seeded = False
+        self._returns = np.zeros(num_envs, dtype=np.float64)  # running undiscounted return per row
+        self._lengths = np.zeros(num_envs, dtype=np.int64)
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         """Reset all rows; env i is seeded with ``seed + i`` when a seed is given."""
@@ -49,37 +44,45 @@ class GymnasiumVecEnv:
             if seed is not None:
                 env.action_space.seed(seed + i)
             self._obs[i] = np.asarray(obs, dtype=np.float32).reshape(-1)
-        self._tracker.reset()
-        return torch.as_tensor(self._obs.copy(), device=self.device)
+        self._returns[:] = 0.0
+        self._lengths[:] = 0
+        return self._tensor(self._obs.copy())
 
     def step(self, action: torch.Tensor):
         """Step every row with action [N, A]; see ``robopt.core.protocols.VecEnv``."""
         action_np = self._check_action(action)
+        obs_out = np.empty((self.num_envs, self.obs_dim), dtype=np.float32)
+        final_obs = np.empty((self.num_envs, self.obs_dim), dtype=np.float32)
+        reward = np.empty(self.num_envs, dtype=np.float32)
+        terminated = np.empty(self.num_envs, dtype=bool)
+        truncated = np.empty(self.num_envs, dtype=bool)
         for i, env in enumerate(self.envs):
-            obs, reward, terminated, truncated, _ = env.step(action_np[i])
-            self._reward[i] = reward
-            self._terminated[i] = terminated
-            self._truncated[i] = truncated
-            obs = np.asarray(obs, dtype=np.float32).reshape(-1)
-            self._final_obs[i] = obs
-            if terminated or truncated:
+            obs, reward[i], terminated[i], truncated[i], _ = env.step(action_np[i])
+            final_obs[i] = np.reshape(obs, -1)
+            if terminated[i] or truncated[i]:
                 obs, _ = env.reset()
-                obs = np.asarray(obs, dtype=np.float32).reshape(-1)
-            self._obs[i] = obs
-        if not (np.isfinite(self._final_obs).all() and np.isfinite(self._reward).all()):
-            source = "reward" if np.isfinite(self._final_obs).all() else "observation"
+            obs_out[i] = np.reshape(obs, -1)
+        if not (np.isfinite(final_obs).all() and np.isfinite(reward).all()):
+            source = "reward" if np.isfinite(final_obs).all() else "observation"
             raise NonFiniteError(f"non-finite {source} from env {self.env_id}")
-        to = self.device
-        reward = torch.as_tensor(self._reward.copy(), device=to)
-        terminated = torch.as_tensor(self._terminated.copy(), device=to)
-        truncated = torch.as_tensor(self._truncated.copy(), device=to)
-        episode_return, episode_length = self._tracker.update(reward, terminated | truncated)
+        done = terminated | truncated
+        self._returns += reward
+        self._lengths += 1
+        episode_return = np.where(done, self._returns, 0.0).astype(np.float32)
+        episode_length = np.where(done, self._lengths, 0)
+        self._returns[done] = 0.0
+        self._lengths[done] = 0
         info = {
-            "final_obs": torch.as_tensor(self._final_obs.copy(), device=to),
-            "episode_return": episode_return,
-            "episode_length": episode_length,
+            "final_obs": self._tensor(final_obs),
+            "episode_return": self._tensor(episode_return),
+            "episode_length": self._tensor(episode_length),
         }
-        return torch.as_tensor(self._obs.copy(), device=to), reward, terminated, truncated, info
+        self._obs = obs_out
+        return self._tensor(obs_out), self._tensor(reward), self._tensor(terminated), self._tensor(truncated), info
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(array)
+        return tensor if self.device.type == "cpu" else tensor.to(self.device)
 
     def _check_action(self, action: torch.Tensor) -> np.ndarray:
         if not isinstance(action, torch.Tensor):
@@ -90,7 +93,7 @@ class GymnasiumVecEnv:
             )
         if not action.dtype.is_floating_point:
             raise TypeError(f"{self.env_id}: action must be a floating-point tensor, got {action.dtype}")
-        action_np = action.detach().to("cpu", torch.float64).numpy()
+        action_np = action.detach().cpu().numpy()
         if not np.isfinite(action_np).all():
             raise ValueError(f"{self.env_id}: action contains NaN or Inf")
         return action_np
@@ -104,13 +107,13 @@ class GymnasiumVecEnv:
         rows = [_env_state(env) for env in self.envs]
         if any(row is None for row in rows):
             return None
-        return {"rows": rows, "returns": self._tracker.returns.clone(), "lengths": self._tracker.lengths.clone()}
+        return {"rows": rows, "returns": torch.from_numpy(self._returns.copy()), "lengths": torch.from_numpy(self._lengths.copy())}
 
     def load_state_dict(self, state: dict) -> None:
         for env, row in zip(self.envs, state["rows"]):
             _set_env_state(env, row)
-        self._tracker.returns.copy_(state["returns"])
-        self._tracker.lengths.copy_(state["lengths"])
+        self._returns[:] = state["returns"].numpy()
+        self._lengths[:] = state["lengths"].numpy()
 
     def render(self, index: int = 0) -> np.ndarray | None:
         """RGB frame of env ``index`` (the env must have been made with ``render_mode='rgb_array'``)."""

@@ -18,15 +18,15 @@ def test_every_shipped_config_loads_and_roundtrips(path):
 def test_overrides_apply_with_types(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("algo: {name: ppo}\n")
-    config = load_config(path, ["algo.clip_low=0.1", "env.num_envs=8", "policy.hidden=[32, 32]"])
-    assert config.algo.clip_low == 0.1 and config.env.num_envs == 8 and config.policy.hidden == (32, 32)
+    config = load_config(path, ["algo.ratio.clip_low=0.1", "env.num_envs=8", "policy.hidden=[32, 32]"])
+    assert config.algo.ratio.clip_low == 0.1 and config.env.num_envs == 8 and config.policy.hidden == (32, 32)
     assert config.name == "c"
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["algo.clipp=0.1"], "unknown config key 'algo.clipp'; allowed: clip_high, clip_low"),
+        (["algo.clipp=0.1"], "unknown config key 'algo.clipp'; allowed: entropy_coef, epochs"),
         (["algo.epochs=abc"], "algo.epochs: expected an integer, got 'abc'"),
         (["policy.activation=gelu"], "policy.activation: 'gelu' is not allowed; allowed: tanh, relu, elu, silu"),
         (["algo.name=nope"], "algo.name: unknown algorithm 'nope'; allowed:"),
