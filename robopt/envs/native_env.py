@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import mujoco
 import torch
 
 from robopt.envs.episode_stats import EpisodeTracker
 from robopt.envs.physics import PARAM_NAMES, PhysicsBackend, gymnasium_asset
-from robopt.envs.tasks.base import Task
+
+if TYPE_CHECKING:
+    from robopt.envs.tasks.base import Task
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +89,12 @@ class NativeVecEnv:
         device: str | torch.device = "cpu",
         seed: int | None = None,
         randomization: Randomization | dict | None = None,
+        max_episode_steps: int | None = None,
     ) -> None:
         self.task, self.physics, self.env_id = task, physics, env_id
+        self.max_episode_steps = task.max_episode_steps if max_episode_steps is None else int(max_episode_steps)
+        if self.max_episode_steps < 1:
+            raise ValueError(f"{env_id}: max_episode_steps must be at least 1, got {max_episode_steps}")
         self.num_envs = physics.num_envs
         self.device = torch.device(device)
         model = physics.mj_model
@@ -104,14 +111,14 @@ class NativeVecEnv:
         self._custom = torch.zeros(self.num_envs, dtype=torch.bool)  # rows with non-nominal base params
         self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)  # [N]
         self._tracker = EpisodeTracker(self.num_envs, self.device)
-        self._obs = self._reset_rows(torch.arange(self.num_envs))  # [N, D]
+        self._obs, self._position = self._reset_rows(torch.arange(self.num_envs))  # [N, D], [N, P]
         self.obs_dim = self._obs.shape[1]
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         """Reset every row; a seed restarts the reset-noise stream (same seed, same episodes)."""
         if seed is not None:
             self._generator.manual_seed(seed)
-        self._obs = self._reset_rows(torch.arange(self.num_envs))
+        self._obs, self._position = self._reset_rows(torch.arange(self.num_envs))
         self._elapsed.zero_()
         self._tracker.reset()
         return self._obs
@@ -119,17 +126,16 @@ class NativeVecEnv:
     def step(self, action: torch.Tensor):
         """Step every row with action [N, A]; see ``robopt.core.protocols.VecEnv``. Adds info["unstable"] [N]."""
         check_action(self.env_id, action, self.num_envs, self.action_dim)
-        state = self.physics.state()
-        action = action.detach().to(self.physics.device, state["qpos"].dtype)
-        position_before = self.task.tracked_position(state)  # [N, P]
+        action = action.detach().to(self.physics.device, self._position.dtype)
         unstable = self.physics.step(action, self.task.frame_skip)  # [N]
         state = self.physics.state()
+        position = self.task.tracked_position(state)  # [N, P], the next step's "before"
         obs = self.task.observe(state).to(self.device, torch.float32)  # [N, D]
-        reward, terminated = self.task.reward(state, action, position_before, self.dt)
+        reward, terminated = self.task.reward(state, action, self._position, self.dt)
         reward, terminated = reward.to(self.device, torch.float32), terminated.to(self.device)
         unstable = unstable.to(self.device)
         self._elapsed += 1
-        truncated = self._elapsed >= self.task.max_episode_steps
+        truncated = self._elapsed >= self.max_episode_steps
         if bool(unstable.any()):
             count = int(unstable.sum())
             self.unstable_count += count
@@ -142,12 +148,12 @@ class NativeVecEnv:
         ended = done.nonzero()[:, 0]
         if ended.numel() > 0:
             next_obs = obs.clone()
-            next_obs[ended] = self._reset_rows(ended.cpu())
+            next_obs[ended], position[ended.to(position.device)] = self._reset_rows(ended.cpu())
             self._elapsed[ended] = 0
         episode_return, episode_length = self._tracker.update(reward, done)
         info = {"final_obs": obs, "episode_return": episode_return, "episode_length": episode_length}
         info["unstable"] = unstable
-        self._obs = next_obs
+        self._obs, self._position = next_obs, position
         return next_obs, reward, terminated, truncated, info
 
     def set_model_params(self, params: dict[str, torch.Tensor], env_ids: torch.Tensor | None = None) -> None:
@@ -166,8 +172,12 @@ class NativeVecEnv:
         """Base parameter values per row (``body_mass`` [N, Bd], ...), float64 CPU copies."""
         return {name: value.clone() for name, value in self._base_params.items()}
 
-    def _reset_rows(self, env_ids: torch.Tensor) -> torch.Tensor:
-        """Reset rows env_ids [M] (CPU long): parameters, then state; returns their obs [M, D]."""
+    def _reset_rows(self, env_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reset rows env_ids [M] (CPU long): parameters, then state; returns their obs [M, D] and position [M, P].
+
+        The tracked position is kept from here and from the end of each step (as Gymnasium reads it before
+        ``do_simulation``), so ``step`` never re-reads state another row's reset may have refreshed.
+        """
         if self.randomization.active or bool(self._custom[env_ids].any()):
             params = {}
             for name, base in self._base_params.items():
@@ -179,8 +189,9 @@ class NativeVecEnv:
             self.physics.set_params(env_ids, params)
         qpos, qvel = self.task.reset_state(env_ids.numel(), self._generator)
         self.physics.set_state(env_ids, qpos, qvel)
-        obs = self.task.observe(self.physics.state())
-        return obs[env_ids.to(obs.device)].to(self.device, torch.float32)
+        state = self.physics.state()
+        rows = env_ids.to(self.physics.device)
+        return self.task.observe(state)[rows].to(self.device, torch.float32), self.task.tracked_position(state)[rows]
 
     def close(self) -> None:
         """Release the physics backend."""
@@ -195,10 +206,12 @@ def load_model(task_cls: type) -> mujoco.MjModel:
 def make_native_env(task_cls: type, backend: str, num_envs: int, device: str | torch.device = "cpu", **kwargs):
     """Build ``mujoco/<Task>`` on ``backend`` ('mujoco' or 'mujoco_warp').
 
-    Keyword options: ``seed``, ``randomization`` (mapping or Randomization), ``num_threads`` (mujoco),
+    Keyword options: ``seed``, ``randomization`` (mapping or Randomization), ``max_episode_steps`` (time
+    limit, default Gymnasium's), ``num_threads`` (mujoco),
     ``nconmax``/``njmax`` (mujoco_warp); anything else goes to the task (Gymnasium's v5 option names).
     """
     seed, randomization = kwargs.pop("seed", None), kwargs.pop("randomization", None)
+    max_episode_steps = kwargs.pop("max_episode_steps", None)
     model = load_model(task_cls)
     env_id = f"mujoco/{task_cls.name}"
     if backend == "mujoco":
@@ -215,7 +228,15 @@ def make_native_env(task_cls: type, backend: str, num_envs: int, device: str | t
         physics = WarpBackend(model, num_envs, task.fields, device=device, **warp_options)
     else:
         raise ValueError(f"{env_id}: unknown native backend {backend!r}; allowed: mujoco, mujoco_warp")
-    return NativeVecEnv(task, physics, env_id, device=device, seed=seed, randomization=randomization)
+    return NativeVecEnv(
+        task,
+        physics,
+        env_id,
+        device=device,
+        seed=seed,
+        randomization=randomization,
+        max_episode_steps=max_episode_steps,
+    )
 
 
 def _make_task(task_cls: type, model: mujoco.MjModel, env_id: str, options: dict) -> Task:

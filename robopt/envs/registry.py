@@ -49,9 +49,7 @@ def list_env_ids() -> list[str]:
     return sorted(NATIVE_TASKS)
 
 
-def make_env(
-    env_id: str, num_envs: int, backend: str = "auto", device: str | torch.device = "cpu", **kwargs
-) -> VecEnv:
+def make_env(env_id: str, num_envs: int, backend: str = "auto", device: str | torch.device = "cpu", **kwargs) -> VecEnv:
     """Build a VecEnv. ``backend='auto'`` picks the fastest backend present for the id."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown env backend {backend!r}; allowed: {', '.join(BACKENDS)}")
@@ -68,7 +66,9 @@ def make_env(
 
             return GymnasiumVecEnv(task.gymnasium_id, num_envs, device=device, **kwargs)
         if backend not in task.factories:
-            raise ValueError(f"{env_id}: backend {backend!r} is not available; allowed: gymnasium, {', '.join(task.factories)}")
+            raise ValueError(
+                f"{env_id}: backend {backend!r} is not available; allowed: gymnasium, {', '.join(task.factories)}"
+            )
         return task.factories[backend](num_envs=num_envs, device=device, **kwargs)
     if backend not in ("auto", "gymnasium"):
         raise ValueError(f"env {env_id!r} is a Gymnasium id and runs only on backend 'gymnasium', not {backend!r}")

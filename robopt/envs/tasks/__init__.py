@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 from functools import partial
 
-from robopt.envs.native_env import make_native_env
 from robopt.envs.registry import NativeTask, register_native_task
 from robopt.envs.tasks.control import InvertedDoublePendulum, InvertedPendulum, Pusher, Reacher
 from robopt.envs.tasks.locomotion import Ant, HalfCheetah, Hopper, Humanoid, Walker2d
@@ -17,12 +16,18 @@ from robopt.envs.tasks.locomotion import Ant, HalfCheetah, Hopper, Humanoid, Wal
 TASKS = (HalfCheetah, Hopper, Walker2d, Ant, Humanoid, InvertedPendulum, InvertedDoublePendulum, Reacher, Pusher)
 
 
+def _factory(task_cls: type, backend: str, num_envs: int, device="cpu", **kwargs):
+    from robopt.envs.native_env import make_native_env  # lazy: native_env imports this package's modules
+
+    return make_native_env(task_cls, backend, num_envs, device=device, **kwargs)
+
+
 def _register_all() -> None:
     backends = ["mujoco"]
     if importlib.util.find_spec("mujoco_warp") is not None:
         backends.append("mujoco_warp")
     for task_cls in TASKS:
-        factories = {backend: partial(make_native_env, task_cls, backend) for backend in backends}
+        factories = {backend: partial(_factory, task_cls, backend) for backend in backends}
         register_native_task(NativeTask(task_cls.name, task_cls.gymnasium_id, factories=factories))
 
 

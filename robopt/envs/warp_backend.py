@@ -1,0 +1,160 @@
+"""GPU physics backend on MuJoCo Warp (``mujoco_warp``); also runs, slowly, on warp's CPU device.
+
+Optional extra ``[gpu]``: warp and mujoco_warp are imported only when a ``WarpBackend`` is built.
+
+Shapes: N envs (worlds), M selected envs, Q = nq, V = nv, U = nu, Bd = nbody, G = ngeom.
+
+State is shared with torch without copies (``wp.to_torch`` views of the Warp ``Data`` arrays) and is
+float32. Per-env parameters live in batched Model arrays (leading dim N) and are propagated to derived
+fields with ``mujoco_warp.set_const``. Warp launches run on torch's current CUDA stream so torch and warp
+work stay ordered; on CUDA the ``nstep`` substeps are captured once into a CUDA graph.
+
+MuJoCo Warp does not reset unstable worlds itself; ``step`` reports rows whose qpos/qvel are not finite
+or exceed 1e10 (MuJoCo's own ``mjMAXVAL`` instability bound).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+
+import mujoco
+import torch
+
+from robopt.envs.physics import check_fields, check_params, nominal_params_of
+
+logger = logging.getLogger(__name__)
+_MAX_VALUE = 1e10  # mjMAXVAL: MuJoCo treats larger qpos/qvel/qacc as unstable
+# per-env parameters and the derived fields set_const recomputes from them
+_BATCHED = (
+    "body_mass",
+    "body_subtreemass",
+    "body_invweight0",
+    "dof_invweight0",
+    "actuator_acc0",
+    "geom_friction",
+    "dof_damping",
+    "actuator_gainprm",
+)
+
+
+class WarpBackend:
+    """N MuJoCo Warp worlds; implements ``robopt.envs.physics.PhysicsBackend``."""
+
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        num_envs: int,
+        fields: tuple[str, ...],
+        device: str | torch.device = "cuda",
+        nconmax: int | None = None,
+        njmax: int | None = None,
+    ) -> None:
+        try:
+            import mujoco_warp as mjw
+            import warp as wp
+        except ImportError as error:
+            raise ImportError("backend 'mujoco_warp' needs the [gpu] extra: pip install 'robopt[gpu]'") from error
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        check_fields(fields)
+        self._wp, self._mjw = wp, mjw
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self._wp_device = "cpu" if self.device.type == "cpu" else f"cuda:{self.device.index}"
+        if model.opt.solver == mujoco.mjtSolver.mjSOL_PGS:  # MuJoCo Warp has CG and Newton only
+            model = copy.copy(model)
+            model.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
+            logger.warning("mujoco_warp has no PGS solver; using Newton (results differ from the CPU backend)")
+        self.mj_model, self.num_envs = model, num_envs
+        self._rne = "cfrc_ext" in fields
+        with wp.ScopedDevice(self._wp_device):
+            self._m = mjw.put_model(model, batch_sizes={name: num_envs for name in _BATCHED})
+            self._d = mjw.make_data(model, nworld=num_envs, nconmax=nconmax, njmax=njmax)
+        self._state = {f: wp.to_torch(getattr(self._d, f)) for f in fields}  # zero-copy views
+        self._state["body_mass"] = wp.to_torch(self._m.body_mass)  # [N, Bd]
+        self._ctrl = wp.to_torch(self._d.ctrl)  # [N, U]
+        self._qpos, self._qvel = wp.to_torch(self._d.qpos), wp.to_torch(self._d.qvel)
+        self._nominal = nominal_params_of(model)
+        self._graphs: dict[int, object] = {}
+        self._forward_all()  # initial derived quantities, as MjData after mj_forward
+
+    def _scope(self):
+        """Run warp on this device and, on CUDA, on torch's current stream."""
+        wp = self._wp
+        stack = contextlib.ExitStack()
+        stack.enter_context(wp.ScopedDevice(self._wp_device))
+        if self.device.type == "cuda":
+            stack.enter_context(wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream(self.device))))
+        return stack
+
+    def _substeps(self, nstep: int) -> None:
+        for _ in range(nstep):
+            self._mjw.step(self._m, self._d)
+        if self._rne:  # Gymnasium calls mj_rnePostConstraint after every env step
+            self._mjw.rne_postconstraint(self._m, self._d)
+
+    def step(self, ctrl: torch.Tensor, nstep: int) -> torch.Tensor:
+        """Set ctrl [N, U], advance ``nstep`` substeps; returns unstable [N] bool."""
+        self._ctrl.copy_(ctrl)
+        with self._scope():
+            if self.device.type == "cuda":
+                if nstep not in self._graphs:
+                    self._substeps(nstep)  # warm-up: compiles and loads kernels outside the capture
+                    with self._wp.ScopedCapture() as capture:
+                        self._substeps(nstep)
+                    self._graphs[nstep] = capture.graph
+                    self._ctrl.copy_(ctrl)  # the capture stepped the worlds; fall through to a real launch below
+                self._wp.capture_launch(self._graphs[nstep])
+            else:
+                self._substeps(nstep)
+        qpos, qvel = self._qpos, self._qvel
+        finite = torch.isfinite(qpos).all(dim=1) & torch.isfinite(qvel).all(dim=1)
+        bounded = (qpos.abs() <= _MAX_VALUE).all(dim=1) & (qvel.abs() <= _MAX_VALUE).all(dim=1)
+        return ~(finite & bounded)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """Requested fields plus ``body_mass``; float32 views of the Warp arrays (overwritten by later steps)."""
+        return self._state
+
+    def set_state(self, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Reset rows env_ids [M] to qpos [M, Q], qvel [M, V] (reset_data, set, forward, as Gymnasium)."""
+        ids = env_ids.to(self.device)
+        mask = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        mask[ids] = True
+        with self._scope():
+            self._mjw.reset_data(self._m, self._d, reset=self._wp.from_torch(mask))
+        self._qpos[ids] = qpos.to(self.device, torch.float32)
+        self._qvel[ids] = qvel.to(self.device, torch.float32)
+        # forward runs on every world: other rows' derived quantities are refreshed from their unchanged
+        # qpos/qvel/ctrl (warm start untouched), so their next step is unaffected.
+        self._forward_all()
+
+    def _forward_all(self) -> None:
+        with self._scope():
+            self._mjw.forward(self._m, self._d)
+
+    def set_params(self, env_ids: torch.Tensor, params: dict[str, torch.Tensor]) -> None:
+        """Set rows env_ids [M] of the batched Model arrays, then ``set_const``; call ``set_state`` next."""
+        check_params(params, self._nominal, env_ids.numel())
+        ids = env_ids.to(self.device)
+        wp = self._wp
+        for name, value in params.items():
+            value = value.to(self.device, torch.float32)
+            if name == "actuator_gain":
+                wp.to_torch(self._m.actuator_gainprm)[ids, :, 0] = value
+            else:
+                wp.to_torch(getattr(self._m, name))[ids] = value
+        with self._scope():
+            self._mjw.set_const(self._m, self._d)
+        self._graphs.clear()
+
+    def nominal_params(self) -> dict[str, torch.Tensor]:
+        """Nominal parameter values (``body_mass`` [Bd], ...), float64 CPU copies."""
+        return {name: value.clone() for name, value in self._nominal.items()}
+
+    def close(self) -> None:
+        """Drop captured graphs (Warp frees its arrays with this object)."""
+        self._graphs.clear()
