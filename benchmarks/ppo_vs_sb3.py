@@ -52,9 +52,17 @@ def run_robopt(steps: int, num_envs: int, seed: int, run_root: str) -> tuple[flo
             "policy": {"hidden": [64, 64], "activation": "tanh", "normalize_obs": False, "log_std_init": 0.0},
             "critic": {"hidden": [64, 64], "activation": "tanh"},
             "rollout": {"num_steps": 2048, "gamma": 0.99, "gae_lambda": 0.95, "normalize_reward": False},
-            "algo": {"name": "ppo", "learning_rate": 3e-4, "lr_schedule": "constant", "epochs": 10,
-                     "minibatch_size": 64, "ratio": {"name": "clip", "clip_low": 0.2}, "value_coef": 0.5,
-                     "entropy_coef": 0.0, "max_grad_norm": 0.5},  # fmt: skip
+            "algo": {
+                "name": "ppo",
+                "learning_rate": 3e-4,
+                "lr_schedule": "constant",
+                "epochs": 10,
+                "minibatch_size": 64,
+                "ratio": {"name": "clip", "clip_low": 0.2},
+                "value_coef": 0.5,
+                "entropy_coef": 0.0,
+                "max_grad_norm": 0.5,
+            },  # fmt: skip
             "log": {"run_root": run_root, "progress": False, "checkpoint_every": 10},
         },
     )
@@ -77,9 +85,16 @@ def main() -> None:
         for seed in args.seeds:
             rows["sb3"].append(run_sb3(args.steps, args.num_envs, seed))
             rows["robopt"].append(run_robopt(args.steps, args.num_envs, seed, run_root))
-            print(f"seed {seed}: sb3 {rows['sb3'][-1][0]:.0f} steps/s return {rows['sb3'][-1][1]:.1f} | "
-                  f"robopt {rows['robopt'][-1][0]:.0f} steps/s return {rows['robopt'][-1][1]:.1f}", flush=True)  # fmt: skip
-    print(f"\nPPO on {ENV_ID}, {args.steps} steps, {args.num_envs} env(s), seeds {args.seeds}, SB3 default hyperparameters")
+            (sb3_speed, sb3_return), (robopt_speed, robopt_return) = rows["sb3"][-1], rows["robopt"][-1]
+            print(
+                f"seed {seed}: sb3 {sb3_speed:.0f} steps/s return {sb3_return:.1f} | "
+                f"robopt {robopt_speed:.0f} steps/s return {robopt_return:.1f}",
+                flush=True,
+            )
+    print(
+        f"\nPPO on {ENV_ID}, {args.steps} steps, {args.num_envs} env(s), seeds {args.seeds}, "
+        "SB3 default hyperparameters"
+    )
     print(f"{'':8s} {'steps/s':>10s} {'return (mean over seeds)':>26s}")
     for name, values in rows.items():
         speed = statistics.mean(v[0] for v in values)

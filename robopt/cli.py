@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from robopt.config import ConfigError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Policy optimization for robots.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Policy optimization for robots."
+)
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -20,9 +21,9 @@ def _fail(message: str, code: int = 2) -> None:
 
 @app.command()
 def train(
-    config: Optional[Path] = typer.Argument(None, help="YAML experiment file, e.g. configs/ppo_halfcheetah.yaml"),
-    overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, e.g. algo.clip_low=0.1"),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="continue this run directory from its last checkpoint"),
+    config: Path | None = typer.Argument(None, help="YAML experiment file, e.g. configs/ppo_halfcheetah.yaml"),
+    overrides: list[str] | None = typer.Argument(None, help="key=value overrides, e.g. algo.clip_low=0.1"),
+    resume: Path | None = typer.Option(None, "--resume", help="continue this run directory from its last checkpoint"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no live progress bar"),
 ) -> None:
     """Train from a config file (or resume a run)."""
@@ -41,7 +42,7 @@ def train(
                 _fail(f"cannot resume {str(resume)!r}: no checkpoint at {LAST_CHECKPOINT}")
             experiment = load_run_config(resume)
             if overrides:
-                from robopt.config import apply_overrides, build_dataclass, config_to_dict, ExperimentConfig
+                from robopt.config import ExperimentConfig, apply_overrides, build_dataclass, config_to_dict
 
                 experiment = build_dataclass(ExperimentConfig, apply_overrides(config_to_dict(experiment), overrides))
         elif config is None:
@@ -57,6 +58,11 @@ def train(
         _fail("stopped by user; the last checkpoint on disk is kept", code=130)
     typer.echo(f"run directory: {result.run_dir}")
     typer.echo(f"env steps: {result.env_steps}  iterations: {result.iterations}  last return: {result.last_return}")
+    if (result.run_dir / "eval.json").is_file():
+        import json
+
+        summary = json.loads((result.run_dir / "eval.json").read_text())
+        typer.echo(f"deterministic evaluation: {summary['mean_return']:.1f} +- {summary['std_return']:.1f}")
     if result.stopped_by_user:
         typer.echo(f"stopped by user; checkpoint saved; resume with: robopt train --resume {result.run_dir}")
         raise typer.Exit(130)
@@ -66,7 +72,7 @@ def train(
 def evaluate(
     run_dir: Path = typer.Argument(..., help="run directory (runs/<experiment>/<timestamp>)"),
     episodes: int = typer.Option(10, "--episodes", help="episodes with the deterministic policy"),
-    video: Optional[Path] = typer.Option(None, "--video", help="also record one episode to this MP4 file"),
+    video: Path | None = typer.Option(None, "--video", help="also record one episode to this MP4 file"),
     seed: int = typer.Option(10_000, "--seed", help="evaluation seed"),
 ) -> None:
     """Mean and std of the deterministic policy's return over N episodes."""
@@ -82,7 +88,9 @@ def evaluate(
         try:
             frames = record_video(run_dir, video, seed=seed)
         except Exception as error:  # rendering needs an OpenGL backend (MUJOCO_GL=egl or osmesa) and the env's renderer
-            _fail(f"could not record video: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", 1)
+            _fail(
+                f"could not record video: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", 1
+            )
         typer.echo(f"video: {video} ({frames} frames)")
 
 

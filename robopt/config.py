@@ -220,7 +220,7 @@ def config_to_dict(config: Any) -> dict:
         if dataclasses.is_dataclass(value):
             value = config_to_dict(value)
             if spec.name == "algo":
-                name = next(k for k, v in ALGO_CONFIGS.items() if v is type(getattr(config, "algo")))
+                name = next(k for k, v in ALGO_CONFIGS.items() if v is type(config.algo))
                 value = {"name": name, **value}
         elif isinstance(value, tuple):
             value = list(value)

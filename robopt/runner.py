@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import datetime
 import random
 import signal
@@ -150,7 +149,10 @@ def train(
     from robopt.progress import TrainingProgress
 
     try:
-        with _InterruptFlag() as interrupt, TrainingProgress(total_iterations * loop.steps_per_iteration, show_progress) as bar:
+        with (
+            _InterruptFlag() as interrupt,
+            TrainingProgress(total_iterations * loop.steps_per_iteration, show_progress) as bar,
+        ):
             bar.advance_to(loop.env_steps)
             start = time.perf_counter()
             start_steps = loop.env_steps
@@ -168,7 +170,27 @@ def train(
                     stopped = True
                 if done or interrupt.requested:
                     break
+        if not stopped and loop.iteration_count >= total_iterations and config.log.eval_episodes > 0:
+            evaluation = final_evaluation(config, loop.policy, run_dir)
+            logger.log(loop.env_steps, {"eval_return": evaluation["mean_return"]})
     finally:
         logger.close()
         loop.env.close()
     return TrainResult(run_dir, loop.env_steps, loop.iteration_count, last_return, stopped)
+
+
+def final_evaluation(config: ExperimentConfig, policy, run_dir: Path) -> dict:
+    """Deterministic evaluation on fresh envs (seed + 10000); written to ``eval.json`` in the run directory."""
+    import json
+
+    from robopt.evaluation import evaluate_policy
+
+    env = build_env(config, num_envs=config.log.eval_episodes)
+    try:
+        result = evaluate_policy(policy, env, config.log.eval_episodes, seed=config.seed + 10_000)
+    finally:
+        env.close()
+    summary = {"mean_return": result.mean_return, "std_return": result.std_return, "returns": result.returns,
+               "mean_length": result.mean_length}  # fmt: skip
+    (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -14,9 +14,10 @@ import torch
 from robopt.buffers.rollout import RolloutBatch, RolloutStorage
 from robopt.config import RolloutConfig
 from robopt.core.advantages import bootstrap_value, gae, normalize_advantage
-from robopt.core.normalization import RewardScaler
 from robopt.core.errors import NonFiniteError
+from robopt.core.normalization import RewardScaler
 from robopt.core.protocols import Policy, VecEnv
+from robopt.core.shapes import check_shape
 
 __all__ = ["NonFiniteError", "OnPolicyAlgorithm", "OnPolicyLoop"]
 
@@ -70,6 +71,8 @@ class OnPolicyLoop:
             next_obs, reward, terminated, truncated, env_info = env.step(env_action)
             if self.rollout.normalize_reward:
                 reward = self.reward_scaler(reward, terminated | truncated)
+            if t == 0:  # data crosses modules here: check the contract once per rollout
+                self._check_step_shapes(action, value, next_obs, reward, terminated, truncated)
             storage.insert(t, obs, action, info, value, reward, terminated, truncated, env_info["final_obs"])
             ended_return[t] = env_info["episode_return"]
             ended_length[t] = env_info["episode_length"]
@@ -120,6 +123,16 @@ class OnPolicyLoop:
             values["episode_length"] = float(episode_length.float().mean())
         values["episodes"] = float(episode_return.numel())
         return values
+
+    def _check_step_shapes(self, action, value, obs, reward, terminated, truncated) -> None:
+        n, env = self.env.num_envs, self.env
+        check_shape("policy.act action", action, (n, env.action_dim))
+        check_shape("critic value", value, (n,))
+        check_shape(f"{env.env_id} observation", obs, (n, env.obs_dim))
+        for name, tensor in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
+            check_shape(f"{env.env_id} {name}", tensor, (n,))
+        if terminated.dtype != torch.bool or truncated.dtype != torch.bool:
+            raise TypeError(f"{env.env_id}: terminated/truncated must be bool tensors, got {terminated.dtype}")
 
     def _check_finite(self, source: str, tensor: torch.Tensor) -> None:
         if not bool(torch.isfinite(tensor).all()):

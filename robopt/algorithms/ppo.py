@@ -27,7 +27,9 @@ class PPOConfig:
     lr_schedule: str = option("linear", "learning-rate schedule over training", SCHEDULES)
     epochs: int = option(10, "passes over each rollout")
     minibatch_size: int = option(64, "samples per gradient step")
-    ratio: RatioControl = option(RatioControl(), "ratio control of the surrogate (algo.ratio.name=clip|spo_penalty|...)")
+    ratio: RatioControl = option(
+        RatioControl(), "ratio control of the surrogate (algo.ratio.name=clip|spo_penalty|...)"
+    )
     value_clip: float = option(0.0, "clip the value update around the old value (0 disables)")
     value_coef: float = option(0.5, "value loss coefficient")
     entropy_coef: float = option(0.0, "entropy bonus coefficient")

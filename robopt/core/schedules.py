@@ -20,5 +20,7 @@ def make_schedule(name: str, initial: float, final_fraction: float = 0.0) -> Cal
     if name == "linear":
         return lambda progress: initial + (final - initial) * min(max(progress, 0.0), 1.0)
     if name == "cosine":
-        return lambda progress: final + (initial - final) * 0.5 * (1.0 + math.cos(math.pi * min(max(progress, 0.0), 1.0)))
+        return lambda progress: (
+            final + (initial - final) * 0.5 * (1.0 + math.cos(math.pi * min(max(progress, 0.0), 1.0)))
+        )
     raise ValueError(f"unknown schedule {name!r}; allowed: {', '.join(SCHEDULES)}")

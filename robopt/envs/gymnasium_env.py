@@ -107,7 +107,11 @@ class GymnasiumVecEnv:
         rows = [_env_state(env) for env in self.envs]
         if any(row is None for row in rows):
             return None
-        return {"rows": rows, "returns": torch.from_numpy(self._returns.copy()), "lengths": torch.from_numpy(self._lengths.copy())}
+        return {
+            "rows": rows,
+            "returns": torch.from_numpy(self._returns.copy()),
+            "lengths": torch.from_numpy(self._lengths.copy()),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         for env, row in zip(self.envs, state["rows"]):

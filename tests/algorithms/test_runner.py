@@ -16,7 +16,7 @@ import torch
 
 from robopt.algorithms.onpolicy import NonFiniteError
 from robopt.checkpoint import load_checkpoint
-from robopt.config import build_dataclass, ExperimentConfig
+from robopt.config import ExperimentConfig, build_dataclass
 from robopt.runner import LAST_CHECKPOINT, train
 
 ROOT = Path(__file__).parents[2]
