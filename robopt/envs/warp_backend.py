@@ -7,7 +7,8 @@ Shapes: N envs (worlds), M selected envs, Q = nq, V = nv, U = nu, Bd = nbody, G 
 State is shared with torch without copies (``wp.to_torch`` views of the Warp ``Data`` arrays) and is
 float32. Per-env parameters live in batched Model arrays (leading dim N) and are propagated to derived
 fields with ``mujoco_warp.set_const``. Warp launches run on torch's current CUDA stream so torch and warp
-work stay ordered; on CUDA the ``nstep`` substeps are captured once into a CUDA graph.
+work stay ordered. Not done yet: capturing the substeps into a CUDA graph (fewer kernel launches per step;
+left out because it could not be tested on a GPU here).
 
 MuJoCo Warp does not reset unstable worlds itself; ``step`` reports rows whose qpos/qvel are not finite
 or exceed 1e10 (MuJoCo's own ``mjMAXVAL`` instability bound).
@@ -78,7 +79,6 @@ class WarpBackend:
         self._ctrl = wp.to_torch(self._d.ctrl)  # [N, U]
         self._qpos, self._qvel = wp.to_torch(self._d.qpos), wp.to_torch(self._d.qvel)
         self._nominal = nominal_params_of(model)
-        self._graphs: dict[int, object] = {}
         self._forward_all()  # initial derived quantities, as MjData after mj_forward
 
     def _scope(self):
@@ -100,16 +100,7 @@ class WarpBackend:
         """Set ctrl [N, U], advance ``nstep`` substeps; returns unstable [N] bool."""
         self._ctrl.copy_(ctrl)
         with self._scope():
-            if self.device.type == "cuda":
-                if nstep not in self._graphs:
-                    self._substeps(nstep)  # warm-up: compiles and loads kernels outside the capture
-                    with self._wp.ScopedCapture() as capture:
-                        self._substeps(nstep)
-                    self._graphs[nstep] = capture.graph
-                    self._ctrl.copy_(ctrl)  # the capture stepped the worlds; fall through to a real launch below
-                self._wp.capture_launch(self._graphs[nstep])
-            else:
-                self._substeps(nstep)
+            self._substeps(nstep)
         qpos, qvel = self._qpos, self._qvel
         finite = torch.isfinite(qpos).all(dim=1) & torch.isfinite(qvel).all(dim=1)
         bounded = (qpos.abs() <= _MAX_VALUE).all(dim=1) & (qvel.abs() <= _MAX_VALUE).all(dim=1)
@@ -149,12 +140,10 @@ class WarpBackend:
                 wp.to_torch(getattr(self._m, name))[ids] = value
         with self._scope():
             self._mjw.set_const(self._m, self._d)
-        self._graphs.clear()
 
     def nominal_params(self) -> dict[str, torch.Tensor]:
         """Nominal parameter values (``body_mass`` [Bd], ...), float64 CPU copies."""
         return {name: value.clone() for name, value in self._nominal.items()}
 
     def close(self) -> None:
-        """Drop captured graphs (Warp frees its arrays with this object)."""
-        self._graphs.clear()
+        """Nothing to release eagerly: Warp frees its arrays with this object."""

@@ -1,0 +1,44 @@
+"""``mujoco_warp`` on a CUDA device: contract at large N and parity with the CPU backend at small N.
+
+Marked ``gpu`` and skipped without CUDA. Not yet run on a GPU (no GPU was available while writing it).
+No timing asserts: speed is reported by ``benchmarks/env_throughput.py --backend mujoco_warp --device cuda``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+pytest.importorskip("mujoco_warp")
+
+from robopt.envs import make_env  # noqa: E402
+
+
+def test_large_batch_contract_on_cuda() -> None:
+    env = make_env("mujoco/HalfCheetah", 4096, backend="auto", device="cuda", seed=0)  # auto -> mujoco_warp
+    assert type(env.physics).__name__ == "WarpBackend"
+    obs = env.reset(seed=0)
+    assert obs.device.type == "cuda" and obs.shape == (4096, 17)
+    for _ in range(20):
+        action = torch.rand(4096, env.action_dim, device="cuda") * 2 - 1
+        obs, reward, terminated, truncated, info = env.step(action)
+    assert reward.device.type == terminated.device.type == info["final_obs"].device.type == "cuda"
+    assert torch.isfinite(obs).all() and not info["unstable"].any()
+
+
+def test_cuda_parity_with_cpu_backend_short_horizon() -> None:
+    # Same tolerance argument as tests/contracts/test_native_env_warp.py (float32, contacts; 10 steps).
+    gpu_env = make_env("mujoco/Hopper", 4, backend="mujoco_warp", device="cuda", seed=0)
+    cpu_env = make_env("mujoco/Hopper", 4, backend="mujoco", seed=0)
+    torch.testing.assert_close(gpu_env.reset(seed=1).cpu(), cpu_env.reset(seed=1), atol=2e-3, rtol=2e-3)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(10):
+        action = torch.rand(4, gpu_env.action_dim, generator=generator) * 2 - 1
+        gpu_obs, gpu_reward, *_ = gpu_env.step(action.cuda())
+        cpu_obs, cpu_reward, *_ = cpu_env.step(action)
+        torch.testing.assert_close(gpu_obs.cpu(), cpu_obs, atol=2e-3, rtol=2e-3)
+        torch.testing.assert_close(gpu_reward.cpu(), cpu_reward, atol=2e-3, rtol=2e-3)
