@@ -7,7 +7,8 @@ For each task and N in --num-envs, prints (env steps/s; one env step = frame_ski
     rollout 2T : mujoco.rollout with 2 threads and persistent per-thread MjData, N states fed back one env
                  step per call (nstep=frame_skip), no task logic
 and the ratios robopt/sync and robopt/rollout. Each figure is the best of --repeats timed runs, so
-noise from other processes on a shared machine penalizes every column alike.
+the four take turns within each repeat, so load from other processes on a shared machine hits every
+column alike.
 
 Usage: .venv/bin/python benchmarks/env_throughput.py [--tasks HalfCheetah Ant] [--num-envs 1 16 64 256]
 """
@@ -29,17 +30,7 @@ from robopt.envs.native_env import load_model
 from robopt.envs.tasks import TASKS
 
 
-def _best_rate(run, num_env_steps: int, repeats: int) -> float:
-    """Env steps/s of ``run()`` (which performs ``num_env_steps``), best of ``repeats``."""
-    best = 0.0
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = max(best, num_env_steps / (time.perf_counter() - start))
-    return best
-
-
-def robopt_rate(task_cls, num_envs: int, steps: int, repeats: int, backend: str, device: str) -> float:
+def robopt_runner(task_cls, num_envs: int, steps: int, backend: str, device: str):
     env = make_env(f"mujoco/{task_cls.name}", num_envs, backend=backend, device=device, seed=0)
     env.reset(seed=0)
     low, high = env.action_low, env.action_high
@@ -51,13 +42,10 @@ def robopt_rate(task_cls, num_envs: int, steps: int, repeats: int, backend: str,
         if env.device.type == "cuda":
             torch.cuda.synchronize()
 
-    run()  # warm-up (and CUDA graph capture on the GPU)
-    rate = _best_rate(run, steps * num_envs, repeats)
-    env.close()
-    return rate
+    return run, env.close
 
 
-def sync_rate(task_cls, num_envs: int, steps: int, repeats: int) -> float:
+def sync_runner(task_cls, num_envs: int, steps: int):
     envs = gym.vector.SyncVectorEnv([lambda: gym.make(task_cls.gymnasium_id) for _ in range(num_envs)])
     envs.reset(seed=0)
     envs.action_space.seed(0)
@@ -67,12 +55,10 @@ def sync_rate(task_cls, num_envs: int, steps: int, repeats: int) -> float:
         for action in actions:
             envs.step(action)
 
-    rate = _best_rate(run, steps * num_envs, repeats)
-    envs.close()
-    return rate
+    return run, envs.close
 
 
-def raw_rate(task_cls, num_envs: int, steps: int, repeats: int) -> float:
+def raw_runner(task_cls, num_envs: int, steps: int):
     model = load_model(task_cls)
     datas = [mujoco.MjData(model) for _ in range(num_envs)]
     rng = np.random.default_rng(0)
@@ -85,31 +71,43 @@ def raw_rate(task_cls, num_envs: int, steps: int, repeats: int) -> float:
             for data in datas:
                 mujoco.mj_step(model, data, task_cls.frame_skip)
 
-    return _best_rate(run, steps * num_envs, repeats)
+    return run, lambda: None
 
 
-def rollout_rate(task_cls, num_envs: int, steps: int, repeats: int) -> float:
+def rollout_runner(task_cls, num_envs: int, steps: int):
     model = load_model(task_cls)
     spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
     initial = np.zeros((num_envs, mujoco.mj_stateSize(model, spec)))
-    data = mujoco.MjData(model)
-    mujoco.mj_getState(model, data, initial[0], spec)
+    mujoco.mj_getState(model, mujoco.MjData(model), initial[0], spec)
     initial[:] = initial[0]
     rng = np.random.default_rng(0)
     low, high = model.actuator_ctrlrange[:, 0], model.actuator_ctrlrange[:, 1]
     ctrl = rng.uniform(low, high, (num_envs, task_cls.frame_skip, model.nu))  # [N, frame_skip, U]
     out = np.zeros((num_envs, task_cls.frame_skip, initial.shape[1]))
     models = [model] * num_envs
-    with rollout.Rollout(nthread=2) as pool:
-        datas = [mujoco.MjData(model) for _ in range(2)]
+    pool = rollout.Rollout(nthread=2)
+    datas = [mujoco.MjData(model) for _ in range(2)]
 
-        def run() -> None:
-            state = initial.copy()
-            for _ in range(steps):
-                pool.rollout(models, datas, state, ctrl, nstep=task_cls.frame_skip, state=out, skip_checks=True)
-                state[:] = out[:, -1]
+    def run() -> None:
+        state = initial.copy()
+        for _ in range(steps):
+            pool.rollout(models, datas, state, ctrl, nstep=task_cls.frame_skip, state=out, skip_checks=True)
+            state[:] = out[:, -1]
 
-        return _best_rate(run, steps * num_envs, repeats)
+    return run, pool.close
+
+
+def measure(runners: dict, num_env_steps: int, repeats: int) -> dict[str, float]:
+    """Env steps/s per runner, best of ``repeats``; the runners take turns so load bursts hit all of them."""
+    best = dict.fromkeys(runners, 0.0)
+    for _ in range(repeats):
+        for name, (run, _) in runners.items():
+            start = time.perf_counter()
+            run()
+            best[name] = max(best[name], num_env_steps / (time.perf_counter() - start))
+    for _, close in runners.values():
+        close()
+    return best
 
 
 def main() -> None:
@@ -135,16 +133,19 @@ def main() -> None:
         task_cls = by_name[name]
         for num_envs in args.num_envs:
             steps = max(10, args.env_steps // num_envs)
-            ours = robopt_rate(task_cls, num_envs, steps, args.repeats, args.backend, args.device)
+            runners = {"robopt": robopt_runner(task_cls, num_envs, steps, args.backend, args.device)}
+            if args.peers:
+                runners["sync"] = sync_runner(task_cls, num_envs, steps)
+                runners["raw"] = raw_runner(task_cls, num_envs, steps)
+                runners["rollout"] = rollout_runner(task_cls, num_envs, steps)
+            rate = measure(runners, steps * num_envs, args.repeats)
             if not args.peers:
-                print(f"{name:<24}{num_envs:>5}{ours:>11,.0f}", flush=True)
+                print(f"{name:<24}{num_envs:>5}{rate['robopt']:>11,.0f}", flush=True)
                 continue
-            sync = sync_rate(task_cls, num_envs, steps, args.repeats)
-            raw = raw_rate(task_cls, num_envs, steps, args.repeats)
-            roll = rollout_rate(task_cls, num_envs, steps, args.repeats)
             print(
-                f"{name:<24}{num_envs:>5}{ours:>11,.0f}{sync:>11,.0f}{raw:>11,.0f}{roll:>12,.0f}"
-                f"{ours / sync:>8.2f}{ours / roll:>10.2f}",
+                f"{name:<24}{num_envs:>5}{rate['robopt']:>11,.0f}{rate['sync']:>11,.0f}{rate['raw']:>11,.0f}"
+                f"{rate['rollout']:>12,.0f}{rate['robopt'] / rate['sync']:>8.2f}"
+                f"{rate['robopt'] / rate['rollout']:>10.2f}",
                 flush=True,
             )
 
