@@ -63,7 +63,7 @@ def run_robopt(steps: int, num_envs: int, seed: int, run_root: str) -> tuple[flo
                 "entropy_coef": 0.0,
                 "max_grad_norm": 0.5,
             },  # fmt: skip
-            "log": {"run_root": run_root, "progress": False, "checkpoint_every": 10},
+            "log": {"run_root": run_root, "progress": False, "checkpoint_every": 10, "eval_episodes": 0},
         },
     )
     start = time.perf_counter()

@@ -57,7 +57,7 @@ class OnPolicyLoop:
     def steps_per_iteration(self) -> int:
         return self.rollout.num_steps * self.env.num_envs
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def collect(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Fill the storage with T steps; returns (episode returns, episode lengths) of episodes that ended."""
         storage, env, policy, critic = self.storage, self.env, self.policy, self.critic
@@ -67,7 +67,7 @@ class OnPolicyLoop:
         for t in range(storage.num_steps):
             action, info = policy.act(obs)  # [N, A]
             value = critic(obs)  # [N]
-            env_action = torch.maximum(torch.minimum(action, env.action_high), env.action_low)
+            env_action = torch.clamp(action, env.action_low, env.action_high)
             next_obs, reward, terminated, truncated, env_info = env.step(env_action)
             if self.rollout.normalize_reward:
                 reward = self.reward_scaler(reward, terminated | truncated)

@@ -23,6 +23,15 @@ class RunningNormalizer(nn.Module):
         self.register_buffer("mean", torch.zeros(dim, dtype=torch.float64))
         self.register_buffer("var", torch.ones(dim, dtype=torch.float64))
         self.register_buffer("count", torch.tensor(0.0, dtype=torch.float64))
+        # float32 shift and scale derived from the float64 statistics, refreshed whenever they change
+        self.register_buffer("shift", torch.zeros(dim), persistent=False)
+        self.register_buffer("scale", torch.ones(dim), persistent=False)
+        self.register_load_state_dict_post_hook(lambda module, keys: module._refresh())
+
+    @torch.no_grad()
+    def _refresh(self) -> None:
+        self.shift.copy_(self.mean.to(self.shift.dtype))
+        self.scale.copy_(torch.rsqrt(self.var + self.eps).to(self.scale.dtype))
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
@@ -39,13 +48,13 @@ class RunningNormalizer(nn.Module):
         self.mean.copy_(new_mean)
         self.var.copy_(m2 / total)
         self.count.copy_(total)
+        self._refresh()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalize x [B, D] (identity when disabled)."""
         if not self.enabled:
             return x
-        mean, std = self.mean.to(x.dtype), torch.sqrt(self.var + self.eps).to(x.dtype)
-        return torch.clamp((x - mean) / std, -self.clip, self.clip)
+        return torch.clamp((x - self.shift) * self.scale, -self.clip, self.clip)
 
 
 class RewardScaler(nn.Module):

@@ -120,8 +120,8 @@ class ExportedGaussianPolicy(nn.Module):
         super().__init__()
         norm = policy.normalizer
         self.enabled, self.clip, self.squash = norm.enabled, float(norm.clip), policy.squash
-        self.register_buffer("obs_mean", norm.mean.detach().to(torch.float32).clone())
-        self.register_buffer("obs_std", torch.sqrt(norm.var + norm.eps).detach().to(torch.float32).clone())
+        self.register_buffer("obs_shift", norm.shift.detach().clone())
+        self.register_buffer("obs_scale", norm.scale.detach().clone())
         self.register_buffer("action_low", policy.action_low.detach().clone())
         self.register_buffer("action_high", policy.action_high.detach().clone())
         self.mean_net = copy.deepcopy(policy.mean_net).eval()
@@ -131,7 +131,7 @@ class ExportedGaussianPolicy(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.to(torch.float32)
         if self.enabled:
-            x = torch.clamp((x - self.obs_mean) / self.obs_std, -self.clip, self.clip)
+            x = torch.clamp((x - self.obs_shift) * self.obs_scale, -self.clip, self.clip)
         mean = self.mean_net(x)
         if self.squash:
             return self.action_low + (torch.tanh(mean) + 1.0) * 0.5 * (self.action_high - self.action_low)
