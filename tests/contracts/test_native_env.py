@@ -155,3 +155,22 @@ def test_unknown_task_backend_and_option() -> None:
         make_env("mujoco/Ant", 1, backend="mujoco", not_an_option=3)
     with pytest.raises(ValueError, match="unknown model parameter 'mass'"):
         make_env("mujoco/Ant", 1, backend="mujoco").set_model_params({"mass": torch.ones(1, 14)})
+
+
+def test_gain_friction_and_damping_params_take_effect() -> None:
+    # InvertedPendulum, no reset noise, the same push on 4 rows: nominal; actuator gain 0 (the motor does
+    # nothing, the cart stays put); heavy slide-joint damping (the cart moves less); friction changes nothing
+    # here (no contacts), which pins that only the named parameter changed.
+    env = make_env("mujoco/InvertedPendulum", 4, backend="mujoco", seed=0, reset_noise_scale=0.0)
+    params = env.model_params()
+    params["actuator_gain"][1] = 0.0
+    params["dof_damping"][2, 0] = 100.0  # the cart's slide joint: damping force -100 * velocity
+    params["geom_friction"][3] *= 0.1
+    env.set_model_params(params)
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(torch.full((4, 1), 1.0))
+    cart_x = env.physics.state()["qpos"][:, 0]
+    assert cart_x[1].abs() < 1e-3 * cart_x[0]  # motor off: only the pole's reaction moves the cart (3e-5 m)
+    assert 0.0 < cart_x[2] < 0.8 * cart_x[0]  # measured 0.044 vs 0.059 m
+    assert cart_x[3] == cart_x[0]
