@@ -2,9 +2,12 @@
 
 Shapes: N envs, M selected envs, Q = nq, V = nv, U = nu, Bd = nbody (see ``robopt.envs.physics``).
 
-Threading: env rows are split into ``num_threads`` contiguous chunks; each chunk is stepped by a Python
-loop calling ``mujoco.mj_step(model, data, nstep)``, which releases the GIL while it runs, so the chunks'
-C work overlaps and only the short per-env Python glue (~2 us) is serialized. ``benchmarks/env_throughput.py``
+Threading: env rows are split into small contiguous chunks (about 8 per thread) that the calling thread and
+``num_threads - 1`` pool threads take in turn from a shared counter; each chunk is stepped by a Python loop
+calling ``mujoco.mj_step(model, data, nstep)``, which releases the GIL while it runs, so the threads' C work
+overlaps and only the short per-env Python glue (~2 us) is serialized. Taking chunks dynamically (as
+``mujoco.rollout`` does) keeps a thread that the OS does not schedule, on a loaded machine, from holding
+back the whole step. ``benchmarks/env_throughput.py``
 compares this with ``mujoco.rollout``: rollout cannot be used here because it returns only the
 integration state (no ``xpos``, ``cfrc_ext``...) and drops the solver warm start between calls, which
 breaks exact parity with Gymnasium.
@@ -22,6 +25,7 @@ non-finite state, and reports the row as unstable.
 from __future__ import annotations
 
 import copy
+import itertools
 from concurrent.futures import ThreadPoolExecutor
 
 import mujoco
@@ -64,22 +68,32 @@ class MujocoBackend:
         self._state["qpos"] = torch.from_numpy(self._state_buf[:, 1 : 1 + nq])
         self._state["qvel"] = torch.from_numpy(self._state_buf[:, 1 + nq : 1 + nq + nv])
         self._state["body_mass"] = torch.from_numpy(self._body_mass)
-        bounds = np.linspace(0, num_envs, min(num_threads, num_envs) + 1).astype(int)
+        num_threads = min(num_threads, num_envs)
+        bounds = np.linspace(0, num_envs, min(8 * num_threads, num_envs) + 1).astype(int)
         self._chunks = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
-        self._pool = ThreadPoolExecutor(len(self._chunks) - 1) if len(self._chunks) > 1 else None
+        self._pool = ThreadPoolExecutor(num_threads - 1) if num_threads > 1 else None
+        self._num_helpers = num_threads - 1
         self._nominal = nominal_params_of(model)
 
     def step(self, ctrl: torch.Tensor, nstep: int) -> torch.Tensor:
         """Set ctrl [N, U] and advance ``nstep`` substeps; returns unstable [N] bool."""
         self._ctrl[:] = ctrl.detach().to("cpu", torch.float64).numpy()
         expected_time = self._state_buf[:, 0] + nstep * self.mj_model.opt.timestep  # [N]
-        futures = [self._pool.submit(self._step_rows, lo, hi, nstep) for lo, hi in self._chunks[1:]]
-        self._step_rows(*self._chunks[0], nstep)
+        counter = itertools.count()  # next() on it is atomic under the GIL
+        futures = [self._pool.submit(self._take_chunks, counter, nstep) for _ in range(self._num_helpers)]
+        self._take_chunks(counter, nstep)
         for future in futures:
             future.result()
         clock_jumped = np.abs(self._state_buf[:, 0] - expected_time) > 0.5 * self.mj_model.opt.timestep
         unstable = clock_jumped | ~np.isfinite(self._state_buf).all(axis=1)
         return torch.from_numpy(unstable)
+
+    def _take_chunks(self, counter: itertools.count, nstep: int) -> None:
+        chunks = self._chunks
+        for index in counter:
+            if index >= len(chunks):
+                return
+            self._step_rows(*chunks[index], nstep)
 
     def _step_rows(self, lo: int, hi: int, nstep: int) -> None:
         models, datas, ctrl, ctrl_views = self._models, self._datas, self._ctrl, self._ctrl_views
