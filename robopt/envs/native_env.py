@@ -121,7 +121,7 @@ class NativeVecEnv:
         self._obs, self._position = self._reset_rows(torch.arange(self.num_envs))
         self._elapsed.zero_()
         self._tracker.reset()
-        return self._obs
+        return self._obs.clone()
 
     def step(self, action: torch.Tensor):
         """Step every row with action [N, A]; see ``robopt.core.protocols.VecEnv``. Adds info["unstable"] [N]."""
@@ -144,17 +144,16 @@ class NativeVecEnv:
             reward = reward.masked_fill(unstable, 0.0)
             terminated, truncated = terminated | unstable, truncated & ~unstable
         done = terminated | truncated
-        next_obs = obs
+        next_obs = obs.clone()  # never the same tensor as info["final_obs"]
         ended = done.nonzero()[:, 0]
         if ended.numel() > 0:
-            next_obs = obs.clone()
             next_obs[ended], position[ended.to(position.device)] = self._reset_rows(ended.cpu())
             self._elapsed[ended] = 0
         episode_return, episode_length = self._tracker.update(reward, done)
         info = {"final_obs": obs, "episode_return": episode_return, "episode_length": episode_length}
         info["unstable"] = unstable
         self._obs, self._position = next_obs, position
-        return next_obs, reward, terminated, truncated, info
+        return next_obs.clone(), reward, terminated, truncated, info
 
     def set_model_params(self, params: dict[str, torch.Tensor], env_ids: torch.Tensor | None = None) -> None:
         """Set base model parameters (absolute, ``[M, ...]``) of rows env_ids; applied at their next reset."""
