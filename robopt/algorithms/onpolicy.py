@@ -60,20 +60,19 @@ class OnPolicyLoop:
     @torch.inference_mode()
     def collect(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Fill the storage with T steps; returns (episode returns, episode lengths) of episodes that ended."""
-        storage, env, policy, critic = self.storage, self.env, self.policy, self.critic
+        storage, env, policy = self.storage, self.env, self.policy
         ended_return = torch.zeros(storage.num_steps, env.num_envs, device=env.device)  # [T, N]
         ended_length = torch.zeros(storage.num_steps, env.num_envs, dtype=torch.int64, device=env.device)
         obs = self.obs
         for t in range(storage.num_steps):
-            action, info = policy.act(obs)  # [N, A]
-            value = critic(obs)  # [N]
+            action, info = policy.act(obs)  # [N, A]; values are computed for the whole rollout at once later
             env_action = torch.clamp(action, env.action_low, env.action_high)
             next_obs, reward, terminated, truncated, env_info = env.step(env_action)
             if self.rollout.normalize_reward:
                 reward = self.reward_scaler(reward, terminated | truncated)
             if t == 0:  # data crosses modules here: check the contract once per rollout
-                self._check_step_shapes(action, value, next_obs, reward, terminated, truncated)
-            storage.insert(t, obs, action, info, value, reward, terminated, truncated, env_info["final_obs"])
+                self._check_step_shapes(action, next_obs, reward, terminated, truncated)
+            storage.insert(t, obs, action, info, reward, terminated, truncated, env_info["final_obs"])
             ended_return[t] = env_info["episode_return"]
             ended_length[t] = env_info["episode_length"]
             obs = next_obs
@@ -83,8 +82,15 @@ class OnPolicyLoop:
 
     @torch.no_grad()
     def advantages(self) -> RolloutBatch:
-        """GAE over the filled storage, bootstrapping truncated rows from V(final_obs)."""
+        """GAE over the filled storage, bootstrapping truncated rows from V(final_obs).
+
+        V(s_t) for the whole rollout is one batched critic pass here rather than T small ones while acting.
+        """
         storage, rollout = self.storage, self.rollout
+        steps, num_envs = storage.value.shape
+        value = self.critic(storage.obs.reshape(steps * num_envs, -1))  # [T * N]
+        check_shape("critic value", value, (steps * num_envs,))
+        storage.value.copy_(value.reshape(steps, num_envs))
         last_value = self.critic(self.obs)  # [N]
         final_value = torch.zeros_like(storage.value)  # [T, N]
         truncated_rows = storage.truncated.nonzero(as_tuple=True)
@@ -124,10 +130,9 @@ class OnPolicyLoop:
         values["episodes"] = float(episode_return.numel())
         return values
 
-    def _check_step_shapes(self, action, value, obs, reward, terminated, truncated) -> None:
+    def _check_step_shapes(self, action, obs, reward, terminated, truncated) -> None:
         n, env = self.env.num_envs, self.env
         check_shape("policy.act action", action, (n, env.action_dim))
-        check_shape("critic value", value, (n,))
         check_shape(f"{env.env_id} observation", obs, (n, env.obs_dim))
         for name, tensor in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
             check_shape(f"{env.env_id} {name}", tensor, (n,))

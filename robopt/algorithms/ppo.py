@@ -44,12 +44,12 @@ class PPOConfig:
 
 
 def ppo_loss(
-    policy, critic, batch: RolloutBatch, config: PPOConfig, control: RatioControl
+    policy, critic, batch: RolloutBatch, config: PPOConfig, control: RatioControl, with_metrics: bool = True
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Surrogate under ``control`` + value_coef * value loss - entropy_coef * entropy, on one minibatch (pure)."""
     log_ratio = policy.log_ratio(batch.obs, batch.action, batch.policy_info)  # [B, K]
     kl = policy.kl(batch.obs, batch.policy_info) if control.name == "kl_penalty_adaptive" else None
-    policy_loss, metrics = surrogate(log_ratio, batch.advantage, control, kl=kl)
+    policy_loss, metrics = surrogate(log_ratio, batch.advantage, control, kl=kl, with_metrics=with_metrics)
     value = critic(batch.obs)  # [B]
     critic_loss, value_metrics = value_loss(
         value, batch.return_target, batch.value, config.value_clip if config.value_clip > 0 else None
@@ -83,19 +83,22 @@ class PPO:
         epochs_run = 0
         sums: dict[str, torch.Tensor] = {}
         count = 0
-        for _ in range(config.epochs):
-            sums, count = {}, 0  # report the last epoch's minibatch means
+        for epoch in range(config.epochs):
+            # Minibatch metrics are kept for the last epoch (reported) and, with target_kl, for every epoch.
+            with_metrics = config.target_kl > 0.0 or epoch == config.epochs - 1
+            sums, count = {}, 0
             for minibatch in batch.minibatches(config.minibatch_size):
                 metrics = self.updater.step(
-                    lambda mb=minibatch: ppo_loss(self.policy, self.critic, mb, config, self.control)
+                    lambda mb=minibatch: ppo_loss(self.policy, self.critic, mb, config, self.control, with_metrics)
                 )
-                for key, value in metrics.items():
-                    sums[key] = sums[key] + value if key in sums else value
-                count += 1
+                if with_metrics:
+                    for key, value in metrics.items():
+                        sums[key] = sums[key] + value if key in sums else value
+                    count += 1
             epochs_run += 1
             if config.target_kl > 0.0 and float(sums["approx_kl"]) / count > 1.5 * config.target_kl:
                 break
-        metrics = {key: value / count for key, value in sums.items()}
+        metrics = {key: value / max(count, 1) for key, value in sums.items()}
         with torch.no_grad():  # after-update drift over the whole batch: what the trust region is about
             log_ratio = self.policy.log_ratio(batch.obs, batch.action, batch.policy_info)
             drift = ratio_metrics(log_ratio)

@@ -36,11 +36,25 @@ class RolloutBatch:
             return_target=self.return_target[indices],
         )
 
+    def slice(self, start: int, stop: int) -> RolloutBatch:
+        """Rows ``start:stop`` as views (no copy)."""
+        return RolloutBatch(
+            obs=self.obs[start:stop],
+            action=self.action[start:stop],
+            policy_info={k: v[start:stop] for k, v in self.policy_info.items()},
+            value=self.value[start:stop],
+            advantage=self.advantage[start:stop],
+            return_target=self.return_target[start:stop],
+        )
+
     def minibatches(self, minibatch_size: int, generator: torch.Generator | None = None):
-        """Yield shuffled minibatches covering the batch once (the last one may be smaller)."""
-        order = torch.randperm(len(self), device=self.obs.device, generator=generator)
+        """Yield shuffled minibatches covering the batch once (the last one may be smaller).
+
+        The batch is permuted once (one gather per field), then cut into contiguous views.
+        """
+        shuffled = self.index(torch.randperm(len(self), device=self.obs.device, generator=generator))
         for start in range(0, len(self), minibatch_size):
-            yield self.index(order[start : start + minibatch_size])
+            yield shuffled.slice(start, start + minibatch_size)
 
 
 class RolloutStorage:
@@ -53,7 +67,7 @@ class RolloutStorage:
         self.final_obs = torch.zeros(*shape, obs_dim, device=device)  # [T, N, D]
         self.action = torch.zeros(*shape, action_dim, device=device)  # [T, N, A]
         self.reward = torch.zeros(shape, device=device)  # [T, N]
-        self.value = torch.zeros(shape, device=device)  # [T, N]
+        self.value = torch.zeros(shape, device=device)  # [T, N], filled after collection by one critic pass
         self.terminated = torch.zeros(shape, dtype=torch.bool, device=device)  # [T, N]
         self.truncated = torch.zeros(shape, dtype=torch.bool, device=device)  # [T, N]
         self.policy_info: dict[str, torch.Tensor] = {}
@@ -64,16 +78,14 @@ class RolloutStorage:
         obs: torch.Tensor,
         action: torch.Tensor,
         policy_info: dict[str, torch.Tensor],
-        value: torch.Tensor,
         reward: torch.Tensor,
         terminated: torch.Tensor,
         truncated: torch.Tensor,
         final_obs: torch.Tensor,
     ) -> None:
-        """Write step t (every tensor has leading dim N)."""
+        """Write step t (every tensor has leading dim N); V(s_t) is filled for the whole rollout afterwards."""
         self.obs[t] = obs
         self.action[t] = action
-        self.value[t] = value
         self.reward[t] = reward
         self.terminated[t] = terminated
         self.truncated[t] = truncated

@@ -59,9 +59,13 @@ def _clip_objective(
     ratio: torch.Tensor, advantage: torch.Tensor, clip_low: float | torch.Tensor, clip_high: float | torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) [B, K] and the mask of entries outside the band."""
-    lower = (1.0 - torch.as_tensor(clip_low)).to(ratio)
-    upper = (1.0 + torch.as_tensor(clip_high)).to(ratio)
-    clipped_ratio = torch.maximum(torch.minimum(ratio, upper), lower)
+    if isinstance(clip_low, float) and isinstance(clip_high, float):  # scalars: fewer ops on the hot path
+        lower, upper = 1.0 - clip_low, 1.0 + clip_high
+        clipped_ratio = torch.clamp(ratio, lower, upper)
+    else:  # per-K bounds
+        lower = (1.0 - torch.as_tensor(clip_low)).to(ratio)
+        upper = (1.0 + torch.as_tensor(clip_high)).to(ratio)
+        clipped_ratio = torch.maximum(torch.minimum(ratio, upper), lower)
     objective = torch.minimum(ratio * advantage, clipped_ratio * advantage)  # [B, K]
     return objective, (ratio < lower) | (ratio > upper)
 
@@ -72,11 +76,13 @@ def _finish(
     weight: torch.Tensor | None,
     mask: torch.Tensor | None,
     clipped: torch.Tensor | None = None,
+    with_metrics: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Weight, mask and negate a per-entry objective [B, K] into a loss to minimize."""
     if weight is not None:
         objective = objective * weight
-    return -masked_mean(objective, mask), ratio_metrics(log_ratio, mask, clipped=clipped)
+    metrics = ratio_metrics(log_ratio, mask, clipped=clipped) if with_metrics else {}
+    return -masked_mean(objective, mask), metrics
 
 
 def clipped_surrogate(
@@ -205,6 +211,7 @@ def surrogate(
     weight: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
     kl: torch.Tensor | None = None,
+    with_metrics: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The surrogate loss of the PPO/TRPO family under ``control`` (see the module table), negated to minimize.
 
@@ -217,6 +224,7 @@ def surrogate(
         kl: optional exact KL(pi_old || pi_new) per row [B] (``SupportsKL``) for ``kl_penalty_adaptive``;
             without it the penalty uses the k3 estimator (r - 1) - log r (Schulman 2020), unbiased under
             samples from pi_old.
+        with_metrics: False skips the ratio diagnostics (a training loop's inner minibatches need only the loss).
 
     Returns:
         (loss, metrics): metrics hold approx_kl, ratio_mean_abs_dev, ratio_max and control-specific entries.
@@ -225,21 +233,23 @@ def surrogate(
     ratio = torch.exp(log_ratio)  # [B, K]
     name = control.name
     if name == "plain":
-        return _finish(ratio * advantage, log_ratio, weight, mask)
+        return _finish(ratio * advantage, log_ratio, weight, mask, with_metrics=with_metrics)
     if name in ("clip", "clip_asymmetric", "dual_clip"):
         clip_high = control.clip_low if control.clip_high is None else control.clip_high
         objective, clipped = _clip_objective(ratio, advantage, control.clip_low, clip_high)
         if name != "dual_clip":
-            return _finish(objective, log_ratio, weight, mask, clipped)
+            return _finish(objective, log_ratio, weight, mask, clipped, with_metrics)
         # Dual clip (Ye et al. 2020, eq. 5): for A < 0, max(min(rA, clip(r)A), cA) bounds the loss of huge r.
         floor = control.dual_clip * advantage
         dual = (advantage < 0) & (floor > objective)
-        loss, metrics = _finish(torch.where(dual, floor, objective), log_ratio, weight, mask, clipped)
+        loss, metrics = _finish(torch.where(dual, floor, objective), log_ratio, weight, mask, clipped, with_metrics)
         return loss, metrics | {"dual_clip_fraction": masked_mean(dual.to(ratio.dtype), mask).detach()}
     if name == "kl_penalty_adaptive":
         # PPO-penalty (Schulman et al. 2017, eq. 8): r A - beta KL[pi_old, pi_new].
         kl_term = (ratio - 1.0) - log_ratio if kl is None else _broadcast_advantage(kl, log_ratio)  # [B, K]
-        loss, metrics = _finish(ratio * advantage - control.kl_coef * kl_term, log_ratio, weight, mask)
+        loss, metrics = _finish(
+            ratio * advantage - control.kl_coef * kl_term, log_ratio, weight, mask, with_metrics=with_metrics
+        )
         return loss, metrics | {
             "kl_coef": torch.tensor(control.kl_coef),
             "kl_penalty": masked_mean(kl_term, mask).detach(),
@@ -247,10 +257,10 @@ def surrogate(
     if name == "spo_penalty":
         # SPO (Xie et al. 2024, eq. 9): r A - |A| / (2 eps) (r - 1)^2; optimum at r = 1 + sign(A) eps.
         objective = ratio * advantage - advantage.abs() / (2.0 * control.spo_eps) * (ratio - 1.0) ** 2
-        return _finish(objective, log_ratio, weight, mask)
+        return _finish(objective, log_ratio, weight, mask, with_metrics=with_metrics)
     # sigmoid_gate, SAPO (Gao et al. 2025, arXiv:2511.20347): f(r) = (4 / tau) sigmoid(tau (r - 1)), objective f(r) A.
     # d f / d r = 4 sigmoid (1 - sigmoid), which is 1 at r = 1 (the plain gradient on-policy) and decays smoothly.
     tau = torch.where(advantage > 0, control.gate_temperature_pos, control.gate_temperature_neg).to(ratio)
     gate = torch.sigmoid(tau * (ratio - 1.0))  # [B, K]
-    loss, metrics = _finish(4.0 / tau * gate * advantage, log_ratio, weight, mask)
+    loss, metrics = _finish(4.0 / tau * gate * advantage, log_ratio, weight, mask, with_metrics=with_metrics)
     return loss, metrics | {"gate_weight": masked_mean(4.0 * gate * (1.0 - gate), mask).detach()}
