@@ -89,7 +89,9 @@ class PPO:
             sums, count = {}, 0
             for minibatch in batch.minibatches(config.minibatch_size):
                 metrics = self.updater.step(
-                    lambda mb=minibatch: ppo_loss(self.policy, self.critic, mb, config, self.control, with_metrics)
+                    lambda mb=minibatch, wm=with_metrics: ppo_loss(
+                        self.policy, self.critic, mb, config, self.control, wm
+                    )
                 )
                 if with_metrics:
                     for key, value in metrics.items():
