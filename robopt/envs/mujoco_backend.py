@@ -2,7 +2,7 @@
 
 Shapes: N envs, M selected envs, Q = nq, V = nv, U = nu, Bd = nbody (see ``robopt.envs.physics``).
 
-Threading: env rows are split into small contiguous chunks (about 8 per thread) that the calling thread and
+Threading: env rows are split into small contiguous chunks (4 per thread) that the calling thread and
 ``num_threads - 1`` pool threads take in turn from a shared counter; each chunk is stepped by a Python loop
 calling ``mujoco.mj_step(model, data, nstep)``, which releases the GIL while it runs, so the threads' C work
 overlaps and only the short per-env Python glue (~2 us) is serialized. Taking chunks dynamically (as
@@ -69,7 +69,7 @@ class MujocoBackend:
         self._state["qvel"] = torch.from_numpy(self._state_buf[:, 1 + nq : 1 + nq + nv])
         self._state["body_mass"] = torch.from_numpy(self._body_mass)
         num_threads = min(num_threads, num_envs)
-        bounds = np.linspace(0, num_envs, min(8 * num_threads, num_envs) + 1).astype(int)
+        bounds = np.linspace(0, num_envs, min(4 * num_threads, num_envs) + 1).astype(int)
         self._chunks = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
         self._pool = ThreadPoolExecutor(num_threads - 1) if num_threads > 1 else None
         self._num_helpers = num_threads - 1
