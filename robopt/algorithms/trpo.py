@@ -129,7 +129,9 @@ class TRPO:
         """GAE advantage [B], plus EnTRPO's accumulated entropy when ``entropy_coef > 0``."""
         if self.config.entropy_coef <= 0.0:
             return batch.advantage
-        num_envs = batch.num_envs
+        num_envs = getattr(batch, "num_envs", None)
+        if not num_envs or getattr(batch, "terminated", None) is None or getattr(batch, "truncated", None) is None:
+            raise ValueError("EnTRPO needs the full rollout batch with terminated, truncated [B] and num_envs")
         with torch.no_grad():
             entropy = self.policy.entropy(batch.obs).reshape(-1, num_envs)  # [T, N]
         episode_end = (batch.terminated | batch.truncated).reshape(-1, num_envs)  # [T, N]
