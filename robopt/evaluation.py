@@ -31,7 +31,13 @@ def load_policy(run_dir: Path) -> tuple[ExperimentConfig, torch.nn.Module]:
     env = build_env(config, num_envs=1)
     policy = build_policy(config, env)
     env.close()
-    policy.load_state_dict(load_checkpoint(path)["loop"]["policy"])
+    try:
+        policy.load_state_dict(load_checkpoint(path)["loop"]["policy"])
+    except (RuntimeError, KeyError, EOFError, OSError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(
+            f"checkpoint {str(path)!r} does not match this robopt version or the run's config: {first}"
+        ) from None
     return config, policy.eval()
 
 

@@ -137,9 +137,13 @@ def train(
     loop = build_loop(config)
     if resume_dir is not None:
         run_dir = Path(resume_dir)
-        checkpoint = load_checkpoint(run_dir / LAST_CHECKPOINT)
-        loop.load_state_dict(checkpoint["loop"])
-        set_rng_state(checkpoint["rng"])
+        try:
+            checkpoint = load_checkpoint(run_dir / LAST_CHECKPOINT)
+            loop.load_state_dict(checkpoint["loop"])
+            set_rng_state(checkpoint["rng"])
+        except (RuntimeError, KeyError, ValueError, EOFError, OSError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ConfigError(f"cannot resume {str(run_dir)!r}: its checkpoint does not load ({first})") from None
     else:
         run_dir = new_run_dir(config)
     logger = RunLogger(run_dir)

@@ -60,7 +60,7 @@ def make_env(env_id: str, num_envs: int, backend: str = "auto", device: str | to
             raise ValueError(f"unknown native task {env_id!r}; allowed: {allowed}")
         task = NATIVE_TASKS[env_id]
         if backend == "auto":
-            backend = _fastest_backend(task, torch.device(device))
+            backend = _fastest_backend(task, torch.device(device), num_envs, bool(kwargs))
         if backend == "gymnasium":
             from robopt.envs.gymnasium_env import GymnasiumVecEnv
 
@@ -77,9 +77,15 @@ def make_env(env_id: str, num_envs: int, backend: str = "auto", device: str | to
     return GymnasiumVecEnv(env_id, num_envs, device=device, **kwargs)
 
 
-def _fastest_backend(task: NativeTask, device: torch.device) -> str:
+# Below this many envs on CPU the native backend's fixed per-step torch work outweighs its batching
+# (benchmarks/env_throughput.py: about 0.3x Gymnasium at N=1, break-even near N=16 for HalfCheetah).
+NATIVE_MIN_ENVS_ON_CPU = 16
+
+
+def _fastest_backend(task: NativeTask, device: torch.device, num_envs: int, has_options: bool) -> str:
+    """Warp on CUDA; native threads on CPU from 16 envs (or whenever native options such as randomization are set)."""
     if device.type == "cuda" and "mujoco_warp" in task.factories:
         return "mujoco_warp"
-    if "mujoco" in task.factories:
+    if "mujoco" in task.factories and (num_envs >= NATIVE_MIN_ENVS_ON_CPU or has_options):
         return "mujoco"
     return "gymnasium"
