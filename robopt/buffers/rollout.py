@@ -21,6 +21,9 @@ class RolloutBatch:
     value: torch.Tensor  # [B] V(s) at collection time
     advantage: torch.Tensor  # [B]
     return_target: torch.Tensor  # [B]
+    terminated: torch.Tensor  # [B] bool
+    truncated: torch.Tensor  # [B] bool
+    num_envs: int = 0  # N when rows are the time-major [T * N] rollout; 0 for shuffled minibatches
 
     def __len__(self) -> int:
         return self.obs.shape[0]
@@ -34,6 +37,8 @@ class RolloutBatch:
             value=self.value[indices],
             advantage=self.advantage[indices],
             return_target=self.return_target[indices],
+            terminated=self.terminated[indices],
+            truncated=self.truncated[indices],
         )
 
     def slice(self, start: int, stop: int) -> RolloutBatch:
@@ -45,6 +50,8 @@ class RolloutBatch:
             value=self.value[start:stop],
             advantage=self.advantage[start:stop],
             return_target=self.return_target[start:stop],
+            terminated=self.terminated[start:stop],
+            truncated=self.truncated[start:stop],
         )
 
     def minibatches(self, minibatch_size: int, generator: torch.Generator | None = None):
@@ -107,4 +114,7 @@ class RolloutStorage:
             value=self.value.reshape(batch_size),
             advantage=advantage.reshape(batch_size),
             return_target=return_target.reshape(batch_size),
+            terminated=self.terminated.reshape(batch_size),
+            truncated=self.truncated.reshape(batch_size),
+            num_envs=self.num_envs,
         )
