@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from robopt.core.normalization import RunningNormalizer
-from robopt.policies.networks import mlp
+from robopt.policies.networks import MLP
 
 
 class ValueCritic(nn.Module):
@@ -24,7 +24,7 @@ class ValueCritic(nn.Module):
     ) -> None:
         super().__init__()
         self.normalizer = RunningNormalizer(obs_dim, enabled=normalize_obs)
-        self.net = mlp(obs_dim, 1, hidden, activation, output_gain=1.0, orthogonal_init=orthogonal_init)
+        self.net = MLP(obs_dim, 1, hidden, activation, output_gain=1.0, orthogonal_init=orthogonal_init)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(self.normalizer(obs)).squeeze(-1)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from robopt.core.normalization import RunningNormalizer
-from robopt.policies.networks import mlp
+from robopt.policies.networks import MLP
 
 LOG_2PI = math.log(2.0 * math.pi)
 
@@ -39,7 +39,7 @@ class GaussianPolicy(nn.Module):
         super().__init__()
         self.obs_dim, self.action_dim, self.squash = obs_dim, action_dim, squash
         self.normalizer = RunningNormalizer(obs_dim, enabled=normalize_obs)
-        self.mean_net = mlp(obs_dim, action_dim, hidden, activation, output_gain=0.01, orthogonal_init=orthogonal_init)
+        self.mean_net = MLP(obs_dim, action_dim, hidden, activation, output_gain=0.01, orthogonal_init=orthogonal_init)
         self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
         self.register_buffer("action_low", torch.as_tensor(action_low, dtype=torch.float32).reshape(action_dim))
         self.register_buffer("action_high", torch.as_tensor(action_high, dtype=torch.float32).reshape(action_dim))

@@ -48,18 +48,6 @@ class MLP(nn.Module):
         return functional.linear(x, last.weight, last.bias)
 
 
-def mlp(
-    in_dim: int,
-    out_dim: int,
-    hidden: Sequence[int],
-    activation: str = "tanh",
-    output_gain: float = 1.0,
-    orthogonal_init: bool = True,
-) -> MLP:
-    """Build an ``MLP`` (kept as a function for call sites that read better that way)."""
-    return MLP(in_dim, out_dim, hidden, activation, output_gain, orthogonal_init)
-
-
 def _linear(width_in: int, width_out: int, gain: float, orthogonal_init: bool) -> nn.Linear:
     layer = nn.Linear(width_in, width_out)
     if orthogonal_init:
