@@ -133,3 +133,21 @@ def test_adaptive_kl_coef_is_updated_and_checkpointed() -> None:
     fresh.load_state_dict(state)
     assert fresh.ratio.kl_coef == pytest.approx(0.5)
     assert fresh.ratio.name == "kl_penalty_adaptive"
+
+
+def test_entrpo_through_the_loop() -> None:
+    # Pendulum truncates every env at t = 199 (200-step episodes); 4 envs x 256 steps, log_std = 0 in 1-D so
+    # H = 0.5 log(2 pi e) = 1.418939 in every state. With alpha = 0.01 and discount d = 0.855 the bonus is
+    #   t = 0:   alpha H (1 - d^200) / (1 - d) = 0.01 * 1.418939 / 0.145 = 0.097858  (d^200 ~ 2e-14)
+    #   t = 199: alpha H = 0.014189 (the episode ends there, nothing accumulates from t = 200)
+    #   t = 255: alpha H = 0.014189 (last row of the rollout)
+    loop = build_loop(pendulum_config(entropy_coef=0.01, entropy_discount=0.855, critic_epochs=1))
+    loop.collect()
+    batch = loop.advantages()
+    bonus = (loop.algorithm.advantage(batch) - batch.advantage).reshape(256, 4)  # [T, N]
+    torch.testing.assert_close(bonus[0], torch.full((4,), 0.097858), atol=1e-5, rtol=0)
+    torch.testing.assert_close(bonus[199], torch.full((4,), 0.014189), atol=1e-5, rtol=0)
+    torch.testing.assert_close(bonus[255], torch.full((4,), 0.014189), atol=1e-5, rtol=0)
+    metrics = loop.algorithm.update(batch, progress=0.0)
+    assert metrics["rejected"].item() == 0.0
+    assert metrics["kl"].item() <= 0.01 * (1 + 1e-5)
