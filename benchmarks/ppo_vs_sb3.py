@@ -3,7 +3,8 @@
 Hyperparameters are SB3's PPO defaults: T = 2048 steps per env, 64-sample minibatches, 10 epochs,
 lr 3e-4 (constant), clip 0.2, gamma 0.99, GAE lambda 0.95, 64x64 tanh MLPs, orthogonal init,
 no observation or reward normalization, grad-norm clip 0.5, value term vf_coef * MSE with vf_coef 0.5
-(robopt's value loss is 0.5 * MSE, so its value_coef is 1.0 for the same term). Both use one torch thread and the same
+(robopt's value loss is 0.5 * MSE, so its value_coef is 1.0 for the same term), advantages normalized
+per minibatch (SB3's default; robopt's ``algo.minibatch_advantage_norm``). Both use one torch thread and the same
 number of envs and seeds.
 
 The two trainers are interleaved one rollout-and-update at a time (SB3's ``learn`` continued with
@@ -55,7 +56,8 @@ def make_robopt(num_envs: int, seed: int):
     from robopt.runner import build_loop
 
     algo = {"name": "ppo", "learning_rate": 3e-4, "lr_schedule": "constant", "epochs": 10, "minibatch_size": 64,
-            "ratio": {"name": "clip", "clip_low": 0.2}, "value_coef": 1.0, "max_grad_norm": 0.5}  # fmt: skip
+            "ratio": {"name": "clip", "clip_low": 0.2}, "value_coef": 1.0, "max_grad_norm": 0.5,
+            "minibatch_advantage_norm": True}  # fmt: skip
     config = build_dataclass(
         ExperimentConfig,
         {

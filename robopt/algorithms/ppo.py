@@ -14,6 +14,7 @@ import torch
 
 from robopt.buffers.rollout import RolloutBatch
 from robopt.config import option
+from robopt.core.advantages import normalize_advantage
 from robopt.core.losses import explained_variance, value_loss
 from robopt.core.protocols import SupportsEntropy, SupportsKL, require
 from robopt.core.schedules import SCHEDULES, make_schedule
@@ -35,6 +36,7 @@ class PPOConfig:
     entropy_coef: float = option(0.0, "entropy bonus coefficient")
     max_grad_norm: float = option(0.5, "global gradient-norm clip")
     target_kl: float = option(0.0, "stop the epochs early when the epoch's approx KL exceeds 1.5x this (0 disables)")
+    minibatch_advantage_norm: bool = option(False, "normalize advantages per minibatch (as SB3 does) too")
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.minibatch_size < 1:
@@ -49,7 +51,8 @@ def ppo_loss(
     """Surrogate under ``control`` + value_coef * value loss - entropy_coef * entropy, on one minibatch (pure)."""
     log_ratio = policy.log_ratio(batch.obs, batch.action, batch.policy_info)  # [B, K]
     kl = policy.kl(batch.obs, batch.policy_info) if control.name == "kl_penalty_adaptive" else None
-    policy_loss, metrics = surrogate(log_ratio, batch.advantage, control, kl=kl, with_metrics=with_metrics)
+    advantage = normalize_advantage(batch.advantage) if config.minibatch_advantage_norm else batch.advantage  # [B]
+    policy_loss, metrics = surrogate(log_ratio, advantage, control, kl=kl, with_metrics=with_metrics)
     value = critic(batch.obs)  # [B]
     critic_loss, value_metrics = value_loss(
         value, batch.return_target, batch.value, config.value_clip if config.value_clip > 0 else None
