@@ -48,12 +48,10 @@ def run_sb3(steps: int, seed: int) -> dict[str, float]:
 
 
 def run_robopt(steps: int, seed: int, env_id: str) -> dict[str, float]:
-    from robopt.algorithms.trpo import register
     from robopt.config import load_config
     from robopt.evaluation import evaluate_run
     from robopt.runner import train
 
-    register()
     with tempfile.TemporaryDirectory() as run_root:
         overrides = [f"total_steps={steps}", f"seed={seed}", f"env.id={env_id}", f"log.run_root={run_root}"]
         config = load_config(CONFIG, [*overrides, "log.progress=false", "log.checkpoint_every=1000"])

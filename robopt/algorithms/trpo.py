@@ -176,12 +176,3 @@ class TRPO:
     def load_state_dict(self, state: dict) -> None:
         self.critic_updater.load_state_dict(state["critic_optimizer"])
         self.ratio = dataclasses.replace(self.ratio, kl_coef=state["kl_coef"])
-
-
-def register() -> None:
-    """Add ``trpo`` to the algorithm registry (idempotent; imports the registry lazily to avoid a cycle)."""
-    from robopt.algorithms import ALGORITHMS, AlgorithmSpec, register_algorithm
-
-    if "trpo" not in ALGORITHMS:
-        summary = "TRPO: natural-gradient surrogate step under a mean-KL bound (CG + line search)"
-        register_algorithm("trpo", AlgorithmSpec(TRPOConfig, TRPO, "on_policy", summary))

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from robopt.algorithms.trpo import TRPO, TRPOConfig, entropy_to_go, register
+from robopt.algorithms.trpo import TRPO, TRPOConfig, entropy_to_go
 from robopt.config import ConfigError, ExperimentConfig, build_dataclass, load_config
 from robopt.policies import GaussianPolicy, ValueCritic
 from robopt.runner import build_loop
@@ -19,7 +19,6 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def pendulum_config(**algo) -> ExperimentConfig:
-    register()
     return build_dataclass(
         ExperimentConfig,
         {
@@ -45,7 +44,6 @@ def test_trpo_refuses_a_policy_without_kl() -> None:
 
 
 def test_config_rejects_bad_values_by_name() -> None:
-    register()
     with pytest.raises(ConfigError, match="max_kl"):
         build_dataclass(ExperimentConfig, {"algo": {"name": "trpo", "max_kl": -1.0}})
     with pytest.raises(ConfigError, match="algo.ratio.name: 'ppo' is not allowed"):
@@ -112,7 +110,6 @@ def test_entropy_regularized_advantage() -> None:
 
 @pytest.mark.parametrize("name", ["trpo_hopper", "trpo_halfcheetah"])
 def test_trpo_configs_load(name: str) -> None:
-    register()
     config = load_config(CONFIGS / f"{name}.yaml")
     assert isinstance(config.algo, TRPOConfig)
     assert config.algo.ratio.name == "plain"
