@@ -18,7 +18,10 @@ def test_every_shipped_config_loads_and_roundtrips(path):
 def test_overrides_apply_with_types(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("algo: {name: ppo}\n")
-    config = load_config(path, ["algo.ratio.clip_low=0.1", "env.num_envs=8", "policy.hidden=[32, 32]"])
+    config = load_config(
+        path, ["algo.ratio.clip_low=0.1", "env.num_envs=8", "policy.hidden=[32, 32]", "algo.learning_rate=3e-4"]
+    )
+    assert config.algo.learning_rate == 3e-4  # YAML 1.1 reads 3e-4 as a string; float fields accept it
     assert config.algo.ratio.clip_low == 0.1 and config.env.num_envs == 8 and config.policy.hidden == (32, 32)
     assert config.name == "c"
 
@@ -28,6 +31,7 @@ def test_overrides_apply_with_types(tmp_path):
     [
         (["algo.clipp=0.1"], "unknown config key 'algo.clipp'; allowed: entropy_coef, epochs"),
         (["algo.epochs=abc"], "algo.epochs: expected an integer, got 'abc'"),
+        (["algo.learning_rate=fast"], "algo.learning_rate: expected a number, got 'fast'"),
         (["policy.activation=gelu"], "policy.activation: 'gelu' is not allowed; allowed: tanh, relu, elu, silu"),
         (["algo.name=nope"], "algo.name: unknown algorithm 'nope'; allowed:"),
         (["bogus=1"], "unknown config key 'bogus'"),
