@@ -27,7 +27,7 @@ def register_algorithm(name: str, spec: AlgorithmSpec) -> None:
     register_algo_config(name, spec.config_cls)
 
 
-register_algorithm("ppo", AlgorithmSpec(PPOConfig, PPO, "on_policy", "PPO with the clipped surrogate"))
+register_algorithm("ppo", AlgorithmSpec(PPOConfig, PPO, "on_policy", "PPO with a ratio-controlled surrogate"))
 
 from robopt.algorithms.trpo import TRPO, TRPOConfig  # noqa: E402  (after the registry it registers into)
 
