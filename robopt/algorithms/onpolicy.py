@@ -61,8 +61,7 @@ class OnPolicyLoop:
     def collect(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Fill the storage with T steps; returns (episode returns, episode lengths) of episodes that ended."""
         storage, env, policy = self.storage, self.env, self.policy
-        ended_return = torch.zeros(storage.num_steps, env.num_envs, device=env.device)  # [T, N]
-        ended_length = torch.zeros(storage.num_steps, env.num_envs, dtype=torch.int64, device=env.device)
+        ended_return, ended_length = [], []  # T tensors of [N]
         obs = self.obs
         for t in range(storage.num_steps):
             action, info = policy.act(obs)  # [N, A]; values are computed for the whole rollout at once later
@@ -73,12 +72,14 @@ class OnPolicyLoop:
             if t == 0:  # data crosses modules here: check the contract once per rollout
                 self._check_step_shapes(action, next_obs, reward, terminated, truncated)
             storage.insert(t, obs, action, info, reward, terminated, truncated, env_info["final_obs"])
-            ended_return[t] = env_info["episode_return"]
-            ended_length[t] = env_info["episode_length"]
+            ended_return.append(env_info["episode_return"])
+            ended_length.append(env_info["episode_length"])
             obs = next_obs
         self.obs = obs
-        ended = ended_length > 0
-        return ended_return[ended], ended_length[ended]
+        storage.commit()
+        episode_return, episode_length = torch.stack(ended_return), torch.stack(ended_length)  # [T, N]
+        ended = episode_length > 0
+        return episode_return[ended], episode_length[ended]
 
     @torch.no_grad()
     def advantages(self) -> RolloutBatch:

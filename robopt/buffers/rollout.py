@@ -78,6 +78,8 @@ class RolloutStorage:
         self.terminated = torch.zeros(shape, dtype=torch.bool, device=device)  # [T, N]
         self.truncated = torch.zeros(shape, dtype=torch.bool, device=device)  # [T, N]
         self.policy_info: dict[str, torch.Tensor] = {}
+        self._staged: dict[str, list[torch.Tensor]] = {}
+        self._staged_info: dict[str, list[torch.Tensor]] = {}
 
     def insert(
         self,
@@ -90,19 +92,33 @@ class RolloutStorage:
         truncated: torch.Tensor,
         final_obs: torch.Tensor,
     ) -> None:
-        """Write step t (every tensor has leading dim N); V(s_t) is filled for the whole rollout afterwards."""
-        self.obs[t] = obs
-        self.action[t] = action
-        self.reward[t] = reward
-        self.terminated[t] = terminated
-        self.truncated[t] = truncated
-        self.final_obs[t] = final_obs
+        """Stage step t (every tensor has leading dim N); ``commit`` writes the rollout into storage.
+
+        Steps are kept by reference and stacked once per field at the end: one copy per field instead of one
+        per step. The VecEnv contract guarantees a step's returned tensors are not modified by later steps.
+        """
+        if t == 0:
+            self._staged = {name: [] for name in ("obs", "action", "reward", "terminated", "truncated", "final_obs")}
+            self._staged_info = {key: [] for key in policy_info}
+        for name, tensor in (("obs", obs), ("action", action), ("reward", reward), ("terminated", terminated),
+                             ("truncated", truncated), ("final_obs", final_obs)):  # fmt: skip
+            self._staged[name].append(tensor)
         for key, tensor in policy_info.items():
+            self._staged_info[key].append(tensor)
+
+    def commit(self) -> None:
+        """Stack the staged steps into the [T, N, ...] tensors (V(s_t) is filled afterwards by the loop)."""
+        if len(self._staged["obs"]) != self.num_steps:
+            raise ValueError(f"rollout has {len(self._staged['obs'])} staged steps, expected {self.num_steps}")
+        for name, tensors in self._staged.items():
+            torch.stack(tensors, out=getattr(self, name))
+        for key, tensors in self._staged_info.items():
             if key not in self.policy_info:
-                self.policy_info[key] = torch.zeros(
-                    self.num_steps, *tensor.shape, dtype=tensor.dtype, device=self.device
+                self.policy_info[key] = torch.empty(
+                    self.num_steps, *tensors[0].shape, dtype=tensors[0].dtype, device=self.device
                 )
-            self.policy_info[key][t] = tensor
+            torch.stack(tensors, out=self.policy_info[key])
+        self._staged, self._staged_info = {}, {}
 
     def flatten(self, advantage: torch.Tensor, return_target: torch.Tensor) -> RolloutBatch:
         """[T, N, ...] -> [B, ...] batch with the advantages and return targets [T, N]."""

@@ -19,7 +19,8 @@ class VecEnv(Protocol):
         ``final_obs``       [N, D] float32: last observation of rows that ended (other rows: the next obs).
         ``episode_return``  [N] float32: undiscounted return of the episode that ended (0 elsewhere).
         ``episode_length``  [N] int64: length of the episode that ended (0 elsewhere).
-    Terminated and truncated are never merged.
+    Terminated and truncated are never merged. Tensors a step returns are never modified by later steps
+    (the rollout storage keeps them by reference until the rollout ends).
     """
 
     num_envs: int
