@@ -7,6 +7,7 @@ never calls ``log_prob``. Everything stays on ``env.device``; metrics are reduce
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import torch
@@ -120,7 +121,7 @@ class OnPolicyLoop:
         metrics = self.algorithm.update(batch, progress)
         values = {k: float(v) for k, v in metrics.items()}
         for name, value in values.items():
-            if not torch.isfinite(torch.tensor(value)):
+            if not math.isfinite(value):
                 raise NonFiniteError(f"iteration {self.iteration_count}: non-finite {name} ({value})")
         # The statistics a rollout was collected with are the ones its update saw; refresh them only now.
         self.policy.normalizer.update(batch.obs)

@@ -84,8 +84,6 @@ class PPO:
         learning_rate = self.schedule(progress)
         self.updater.set_lr(learning_rate)
         epochs_run = 0
-        sums: dict[str, torch.Tensor] = {}
-        count = 0
         for epoch in range(config.epochs):
             # Minibatch metrics are kept for the last epoch (reported) and, with target_kl, for every epoch.
             with_metrics = config.target_kl > 0.0 or epoch == config.epochs - 1

@@ -25,7 +25,7 @@ import torch
 
 from robopt.buffers.rollout import RolloutBatch
 from robopt.config import option
-from robopt.core.losses import value_loss
+from robopt.core.losses import explained_variance, value_loss
 from robopt.core.protocols import SupportsEntropy, SupportsKL, require
 from robopt.core.schedules import SCHEDULES, make_schedule
 from robopt.core.surrogates import RATIO_CONTROLS, RatioControl, surrogate
@@ -100,16 +100,6 @@ class TRPO:
         require(policy, SupportsKL, "TRPO", "the trust region bounds the closed-form mean KL to the acting policy")
         if config.entropy_coef > 0.0:
             require(policy, SupportsEntropy, "EnTRPO (entropy_coef > 0)", "the advantage gets H(pi(.|s))")
-            missing = (
-                {"terminated", "truncated", "num_envs"}
-                - set(RolloutBatch.__dataclass_fields__)
-                - set(dir(RolloutBatch))
-            )
-            if missing:
-                raise TypeError(
-                    f"EnTRPO (entropy_coef > 0) accumulates entropy over time and needs RolloutBatch fields "
-                    f"{sorted(missing)}, which this RolloutBatch lacks; set algo.entropy_coef=0"
-                )
         self.config, self.policy, self.critic = config, policy, critic
         self.ratio: RatioControl = config.ratio
         self.actor_updater = TrustRegionUpdater(policy.parameters(), config.trust_region())
@@ -129,9 +119,9 @@ class TRPO:
         """GAE advantage [B], plus EnTRPO's accumulated entropy when ``entropy_coef > 0``."""
         if self.config.entropy_coef <= 0.0:
             return batch.advantage
-        num_envs = getattr(batch, "num_envs", None)
-        if not num_envs or getattr(batch, "terminated", None) is None or getattr(batch, "truncated", None) is None:
-            raise ValueError("EnTRPO needs the full rollout batch with terminated, truncated [B] and num_envs")
+        num_envs = batch.num_envs
+        if num_envs == 0:
+            raise ValueError("EnTRPO needs the time-major rollout batch (num_envs > 0), not a shuffled minibatch")
         with torch.no_grad():
             entropy = self.policy.entropy(batch.obs).reshape(-1, num_envs)  # [T, N]
         episode_end = (batch.terminated | batch.truncated).reshape(-1, num_envs)  # [T, N]
@@ -165,9 +155,8 @@ class TRPO:
             for minibatch in batch.minibatches(self.config.critic_minibatch_size):
                 step = self.critic_updater.step(lambda mb=minibatch: value_loss(self.critic(mb.obs), mb.return_target))
                 total, count = total + step["value_loss"], count + 1
-        with torch.no_grad():  # 1 - Var(R - V) / Var(R) of the updated critic over the whole batch
-            residual = batch.return_target - self.critic(batch.obs)
-            explained = 1.0 - residual.var() / batch.return_target.var().clamp_min(1e-8)
+        with torch.no_grad():  # of the updated critic over the whole batch
+            explained = explained_variance(self.critic(batch.obs), batch.return_target)
         return {"value_loss": float(total / count), "explained_variance": float(explained)}
 
     def state_dict(self) -> dict:

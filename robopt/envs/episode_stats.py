@@ -1,34 +1,43 @@
 """Per-environment episode return and length bookkeeping, shared by every VecEnv backend.
 
-Shapes: N envs.
+Shapes: N envs. Backends that step in numpy (the Gymnasium adapter) keep the counters as numpy arrays,
+the others as torch tensors on the env device; the arithmetic is the same for both.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
 class EpisodeTracker:
     """Accumulates undiscounted return and length per env; reports and clears rows that ended."""
 
-    def __init__(self, num_envs: int, device: torch.device) -> None:
-        self.returns = torch.zeros(num_envs, dtype=torch.float64, device=device)  # [N]
-        self.lengths = torch.zeros(num_envs, dtype=torch.int64, device=device)  # [N]
+    def __init__(self, num_envs: int, device: torch.device | None) -> None:
+        """``device=None`` keeps the counters as numpy arrays and takes numpy inputs in ``update``."""
+        if device is None:
+            self.returns = np.zeros(num_envs, dtype=np.float64)  # [N]
+            self.lengths = np.zeros(num_envs, dtype=np.int64)  # [N]
+        else:
+            self.returns = torch.zeros(num_envs, dtype=torch.float64, device=device)  # [N]
+            self.lengths = torch.zeros(num_envs, dtype=torch.int64, device=device)  # [N]
 
     def reset(self) -> None:
         """Forget every running episode (called by ``VecEnv.reset``)."""
-        self.returns.zero_()
-        self.lengths.zero_()
+        self.returns[:] = 0.0
+        self.lengths[:] = 0
 
-    def update(self, reward: torch.Tensor, done: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, reward, done):
         """Add reward [N]; for rows with done [N] return (episode_return [N] float32, episode_length [N] int64).
 
         Rows that did not end get 0 in both outputs.
         """
-        self.returns += reward.to(torch.float64)
+        self.returns += reward
         self.lengths += 1
-        episode_return = torch.where(done, self.returns, torch.zeros_like(self.returns)).to(torch.float32)
-        episode_length = torch.where(done, self.lengths, torch.zeros_like(self.lengths))
-        self.returns.masked_fill_(done, 0.0)
-        self.lengths.masked_fill_(done, 0)
-        return episode_return, episode_length
+        episode_return, episode_length = self.returns * done, self.lengths * done
+        keep = ~done  # multiply rather than index: no device sync on GPU
+        self.returns *= keep
+        self.lengths *= keep
+        if isinstance(episode_return, np.ndarray):
+            return episode_return.astype(np.float32), episode_length
+        return episode_return.to(torch.float32), episode_length

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from robopt.core.errors import NonFiniteError
+from robopt.envs.episode_stats import EpisodeTracker
 
 
 class GymnasiumVecEnv:
@@ -34,8 +35,7 @@ class GymnasiumVecEnv:
         self.action_low = torch.as_tensor(act_space.low.reshape(-1), dtype=torch.float32, device=self.device)
         self.action_high = torch.as_tensor(act_space.high.reshape(-1), dtype=torch.float32, device=self.device)
         self._obs = np.zeros((num_envs, self.obs_dim), dtype=np.float32)
-        self._returns = np.zeros(num_envs, dtype=np.float64)  # running undiscounted return per row
-        self._lengths = np.zeros(num_envs, dtype=np.int64)
+        self._tracker = EpisodeTracker(num_envs, device=None)  # numpy counters: this adapter steps in numpy
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         """Reset all rows; env i is seeded with ``seed + i`` when a seed is given."""
@@ -44,8 +44,7 @@ class GymnasiumVecEnv:
             if seed is not None:
                 env.action_space.seed(seed + i)
             self._obs[i] = np.asarray(obs, dtype=np.float32).reshape(-1)
-        self._returns[:] = 0.0
-        self._lengths[:] = 0
+        self._tracker.reset()
         return self._tensor(self._obs.copy())
 
     def step(self, action: torch.Tensor):
@@ -65,13 +64,7 @@ class GymnasiumVecEnv:
         if not (np.isfinite(final_obs).all() and np.isfinite(reward).all()):
             source = "reward" if np.isfinite(final_obs).all() else "observation"
             raise NonFiniteError(f"non-finite {source} from env {self.env_id}")
-        done = terminated | truncated
-        self._returns += reward
-        self._lengths += 1
-        episode_return = np.where(done, self._returns, 0.0).astype(np.float32)
-        episode_length = np.where(done, self._lengths, 0)
-        self._returns[done] = 0.0
-        self._lengths[done] = 0
+        episode_return, episode_length = self._tracker.update(reward, terminated | truncated)
         info = {
             "final_obs": self._tensor(final_obs),
             "episode_return": self._tensor(episode_return),
@@ -109,15 +102,15 @@ class GymnasiumVecEnv:
             return None
         return {
             "rows": rows,
-            "returns": torch.from_numpy(self._returns.copy()),
-            "lengths": torch.from_numpy(self._lengths.copy()),
+            "returns": torch.from_numpy(self._tracker.returns.copy()),
+            "lengths": torch.from_numpy(self._tracker.lengths.copy()),
         }
 
     def load_state_dict(self, state: dict) -> None:
         for env, row in zip(self.envs, state["rows"]):
             _set_env_state(env, row)
-        self._returns[:] = state["returns"].numpy()
-        self._lengths[:] = state["lengths"].numpy()
+        self._tracker.returns[:] = state["returns"].numpy()
+        self._tracker.lengths[:] = state["lengths"].numpy()
 
     def render(self, index: int = 0) -> np.ndarray | None:
         """RGB frame of env ``index`` (the env must have been made with ``render_mode='rgb_array'``)."""
