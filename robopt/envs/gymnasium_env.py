@@ -12,6 +12,7 @@ import torch
 
 from robopt.core.errors import NonFiniteError
 from robopt.envs.episode_stats import EpisodeTracker
+from robopt.envs.physics import quiet_known_asset_warnings
 
 
 class GymnasiumVecEnv:
@@ -26,7 +27,8 @@ class GymnasiumVecEnv:
         self.env_id = env_id
         self.num_envs = num_envs
         self.device = torch.device(device)
-        self.envs = [gym.make(env_id, **env_kwargs) for _ in range(num_envs)]
+        with quiet_known_asset_warnings():  # Gymnasium's MJCF assets trigger a deprecation warning per env
+            self.envs = [gym.make(env_id, **env_kwargs) for _ in range(num_envs)]
         obs_space, act_space = self.envs[0].observation_space, self.envs[0].action_space
         if not isinstance(act_space, gym.spaces.Box) or not isinstance(obs_space, gym.spaces.Box):
             raise ValueError(f"{env_id}: robopt needs Box observation and action spaces, got {obs_space} / {act_space}")

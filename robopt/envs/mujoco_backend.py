@@ -32,9 +32,11 @@ import mujoco
 import numpy as np
 import torch
 
-from robopt.envs.physics import check_fields, check_params, nominal_params_of
+from robopt.envs.physics import check_fields, check_params, check_saved_state, nominal_params_of
 
 _STATE_SPEC = mujoco.mjtState.mjSTATE_TIME | mujoco.mjtState.mjSTATE_QPOS | mujoco.mjtState.mjSTATE_QVEL
+# Everything mj_step reads: time, qpos, qvel, act, warm start, ctrl and the other user inputs (checkpoints)
+_FULL_SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
 
 
 class MujocoBackend:
@@ -146,6 +148,34 @@ class MujocoBackend:
     def nominal_params(self) -> dict[str, torch.Tensor]:
         """Nominal parameter values (``body_mass`` [Bd], ``geom_friction`` [G, 3], ...), float64 CPU copies."""
         return {name: value.clone() for name, value in self._nominal.items()}
+
+    def get_state(self) -> dict[str, torch.Tensor]:
+        """Each row's ``mjSTATE_INTEGRATION`` state [N, S] and, for rows with their own model, its parameters."""
+        model = self.mj_model
+        full = np.zeros((self.num_envs, mujoco.mj_stateSize(model, _FULL_SPEC)))
+        for i, data in enumerate(self._datas):
+            mujoco.mj_getState(self._models[i], data, full[i], _FULL_SPEC)
+        own = [i for i, m in enumerate(self._models) if m is not model]
+        rows = [nominal_params_of(self._models[i]) for i in own]
+        params = {name: torch.stack([row[name] for row in rows]) for name in self._nominal} if own else {}
+        return {"integration": torch.from_numpy(full), "own_model_rows": torch.tensor(own, dtype=torch.int64),
+                "own_model_params": params}  # fmt: skip
+
+    def set_full_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore ``get_state``: private models (with their parameters), then every row's integration state."""
+        check_saved_state(state, "integration", self.num_envs, mujoco.mj_stateSize(self.mj_model, _FULL_SPEC))
+        own = state["own_model_rows"]
+        if own.numel() > 0:
+            self.set_params(own, state["own_model_params"])
+        full = state["integration"].numpy()
+        for i, data in enumerate(self._datas):
+            model = self._models[i]
+            mujoco.mj_setState(model, data, full[i], _FULL_SPEC)
+            mujoco.mj_forward(model, data)
+            mujoco.mj_getState(model, data, self._state_buf[i], _STATE_SPEC)
+            for destination, source in self._copies[i]:
+                np.copyto(destination, source)
+        self._ctrl[:] = np.stack([d.ctrl for d in self._datas])
 
     def close(self) -> None:
         """Stop the worker threads."""

@@ -22,7 +22,7 @@ import mujoco
 import torch
 
 from robopt.envs.episode_stats import EpisodeTracker
-from robopt.envs.physics import PARAM_NAMES, PhysicsBackend, gymnasium_asset
+from robopt.envs.physics import PARAM_NAMES, PhysicsBackend, load_asset_model
 
 if TYPE_CHECKING:
     from robopt.envs.tasks.base import Task
@@ -192,14 +192,53 @@ class NativeVecEnv:
         rows = env_ids.to(self.physics.device)
         return self.task.observe(state)[rows].to(self.device, torch.float32), self.task.tracked_position(state)[rows]
 
+    def state_dict(self) -> dict:
+        """Everything a resumed run needs to continue these very episodes (checkpointed by the runner).
+
+        The simulator state of every row (the backend's full integration state, warm start included), the model
+        parameters each row is running with (randomized draws included) and its base values, the reset-noise RNG,
+        the time-limit counters, the episode trackers and the last observation and tracked position.
+        """
+        return {
+            "physics": self.physics.get_state(),
+            "base_params": self.model_params(),
+            "custom": self._custom.clone(),
+            "generator": self._generator.get_state(),
+            "elapsed": self._elapsed.clone(),
+            "returns": self._tracker.returns.clone(),
+            "lengths": self._tracker.lengths.clone(),
+            "obs": self._obs.clone(),
+            "position": self._position.clone(),
+            "unstable_count": self.unstable_count,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict``'s output from an env built with the same task, backend and ``num_envs``."""
+        expected = tuple(self._obs.shape)
+        if tuple(state["obs"].shape) != expected:
+            raise ValueError(
+                f"{self.env_id}: saved env state is for obs {list(state['obs'].shape)}, not {list(expected)}"
+            )
+        for name, value in state["base_params"].items():
+            self._base_params[name].copy_(value)
+        self._custom.copy_(state["custom"])
+        self._generator.set_state(state["generator"])
+        self.physics.set_full_state(state["physics"])
+        self._elapsed.copy_(state["elapsed"])
+        self._tracker.returns.copy_(state["returns"])
+        self._tracker.lengths.copy_(state["lengths"])
+        self._obs = state["obs"].to(self.device)
+        self._position = state["position"].to(self._position.device)
+        self.unstable_count = int(state["unstable_count"])
+
     def close(self) -> None:
         """Release the physics backend."""
         self.physics.close()
 
 
 def load_model(task_cls: type) -> mujoco.MjModel:
-    """The task's MJCF from the installed gymnasium package."""
-    return mujoco.MjModel.from_xml_path(gymnasium_asset(task_cls.xml_file))
+    """The task's MJCF from the installed gymnasium package (without the asset's deprecation warning)."""
+    return load_asset_model(task_cls.xml_file)
 
 
 def make_native_env(task_cls: type, backend: str, num_envs: int, device: str | torch.device = "cpu", **kwargs):
@@ -207,7 +246,7 @@ def make_native_env(task_cls: type, backend: str, num_envs: int, device: str | t
 
     Keyword options: ``seed``, ``randomization`` (mapping or Randomization), ``max_episode_steps`` (time
     limit, default Gymnasium's), ``num_threads`` (mujoco),
-    ``nconmax``/``njmax`` (mujoco_warp); anything else goes to the task (Gymnasium's v5 option names).
+    ``nconmax``/``njmax``/``verbose`` (mujoco_warp: list warp's kernel loads); anything else goes to the task (Gymnasium's v5 option names).
     """
     seed, randomization = kwargs.pop("seed", None), kwargs.pop("randomization", None)
     max_episode_steps = kwargs.pop("max_episode_steps", None)
@@ -222,7 +261,7 @@ def make_native_env(task_cls: type, backend: str, num_envs: int, device: str | t
     elif backend == "mujoco_warp":
         from robopt.envs.warp_backend import WarpBackend  # imports warp lazily (extra [gpu])
 
-        warp_options = {k: kwargs.pop(k) for k in ("nconmax", "njmax") if k in kwargs}
+        warp_options = {k: kwargs.pop(k) for k in ("nconmax", "njmax", "verbose") if k in kwargs}
         task = _make_task(task_cls, model, env_id, kwargs)
         physics = WarpBackend(model, num_envs, task.fields, device=device, **warp_options)
     else:

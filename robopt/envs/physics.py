@@ -20,7 +20,10 @@ Per-env model parameters (domain randomization), absolute values, set with ``set
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+from collections.abc import Iterator
 from typing import Protocol
 
 import mujoco
@@ -68,6 +71,14 @@ class PhysicsBackend(Protocol):
         """The model's own parameter values, unbatched (``body_mass`` [Bd], ...), float64 on CPU."""
         ...
 
+    def get_state(self) -> dict[str, torch.Tensor]:
+        """Every row's full simulator state and current model parameters, as CPU tensors (for checkpoints)."""
+        ...
+
+    def set_full_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore ``get_state``'s output: the next ``step`` continues exactly where the saved one left off."""
+        ...
+
     def close(self) -> None:
         """Release simulator resources."""
         ...
@@ -81,6 +92,46 @@ def gymnasium_asset(xml_file: str) -> str:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"gymnasium asset {xml_file!r} not found at {path}; is gymnasium[mujoco] installed?")
     return path
+
+
+# Warnings MuJoCo prints for Gymnasium's own assets that a robopt user cannot act on (substrings of the message).
+KNOWN_ASSET_WARNINGS = ("compiler attribute 'settotalmass' is deprecated",)
+
+
+def load_asset_model(xml_file: str) -> mujoco.MjModel:
+    """Compile a Gymnasium MJCF asset without MuJoCo's deprecation warning for ``settotalmass``.
+
+    The compiler attribute is cleared and the same rescaling is done on the compiled model: ``mj_setTotalmass``
+    scales every body's mass and inertia to the total, then ``mj_setConst`` recomputes what depends on them.
+    """
+    spec = mujoco.MjSpec.from_file(gymnasium_asset(xml_file))
+    total_mass = spec.compiler.settotalmass
+    spec.compiler.settotalmass = -1.0
+    model = spec.compile()
+    if total_mass > 0:
+        mujoco.mj_setTotalmass(model, total_mass)
+        mujoco.mj_setConst(model, mujoco.MjData(model))
+    return model
+
+
+@contextlib.contextmanager
+def quiet_known_asset_warnings() -> Iterator[None]:
+    """Drop MuJoCo's ``KNOWN_ASSET_WARNINGS`` while the block runs; every other MuJoCo warning is still printed."""
+    previous = mujoco.get_mju_user_warning()
+
+    def handler(message: str) -> None:
+        if any(known in message for known in KNOWN_ASSET_WARNINGS):
+            return
+        if previous is not None:
+            previous(message)
+        else:  # MuJoCo's default handler's format
+            print(f"WARNING: {message}\n", file=sys.stderr, flush=True)
+
+    mujoco.set_mju_user_warning(handler)
+    try:
+        yield
+    finally:
+        mujoco.set_mju_user_warning(previous)
 
 
 def check_fields(fields: tuple[str, ...]) -> None:
@@ -110,3 +161,13 @@ def nominal_params_of(model: mujoco.MjModel) -> dict[str, torch.Tensor]:
         "dof_damping": torch.tensor(model.dof_damping, dtype=torch.float64),
         "actuator_gain": torch.tensor(model.actuator_gainprm[:, 0], dtype=torch.float64),
     }
+
+
+def check_saved_state(state: dict[str, torch.Tensor], key: str, num_envs: int, width: int) -> None:
+    """Raise ValueError unless ``state[key]`` is a saved ``[num_envs, width]`` array (same model, same N)."""
+    value = state.get(key)
+    if value is None or tuple(value.shape) != (num_envs, width):
+        shape = None if value is None else list(value.shape)
+        raise ValueError(
+            f"saved physics state {key!r} has shape {shape}, expected {[num_envs, width]} (same task and N)"
+        )

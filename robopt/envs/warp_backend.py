@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import sys
 
 import mujoco
 import torch
@@ -39,6 +40,30 @@ _BATCHED = (
     "actuator_gainprm",
 )
 
+_announced = False
+
+
+def _announce_kernels(wp, verbose: bool) -> None:
+    """Once per process: warp's per-module load lines only when ``verbose``; one line on where kernels are cached."""
+    global _announced
+    if not verbose:
+        wp.config.quiet = True  # no "Warp initialized" banner
+        wp.config.log_level = max(wp.config.log_level, wp.LOG_WARNING)  # no "Module ... load ... took" lines
+    if _announced:
+        return
+    _announced = True
+    wp.init()
+    print(
+        f"mujoco_warp: compiling warp kernels on first use (minutes; cached in {wp.config.kernel_cache_dir}; "
+        "env.kwargs.verbose=true lists them)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+_SAVED_DATA = ("time", "qpos", "qvel", "act", "ctrl", "qacc_warmstart")  # what the next step reads
+_SAVED_PARAMS = ("body_mass", "geom_friction", "dof_damping", "actuator_gainprm")  # set_const derives the rest
+
 
 class WarpBackend:
     """N MuJoCo Warp worlds; implements ``robopt.envs.physics.PhysicsBackend``."""
@@ -51,12 +76,14 @@ class WarpBackend:
         device: str | torch.device = "cuda",
         nconmax: int | None = None,
         njmax: int | None = None,
+        verbose: bool = False,
     ) -> None:
         try:
             import mujoco_warp as mjw
             import warp as wp
         except ImportError as error:
             raise ImportError("backend 'mujoco_warp' needs the [gpu] extra: pip install 'robopt[gpu]'") from error
+        _announce_kernels(wp, verbose)
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
         check_fields(fields)
@@ -144,6 +171,41 @@ class WarpBackend:
     def nominal_params(self) -> dict[str, torch.Tensor]:
         """Nominal parameter values (``body_mass`` [Bd], ...), float64 CPU copies."""
         return {name: value.clone() for name, value in self._nominal.items()}
+
+    def get_state(self) -> dict[str, torch.Tensor]:
+        """Per-world time, qpos, qvel, act, ctrl and warm start, and the batched parameters, as CPU tensors."""
+        wp = self._wp
+        state = {name: wp.to_torch(getattr(self._d, name)).detach().cpu().clone() for name in _SAVED_DATA}
+        params = {name: wp.to_torch(getattr(self._m, name)).detach().cpu().clone() for name in _SAVED_PARAMS}
+        return {**state, **{f"param_{name}": value for name, value in params.items()}}
+
+    def set_full_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore ``get_state``: parameters (then ``set_const``, only if they changed), then state, then ``forward``.
+
+        ``set_const`` recomputes derived constants in float32, which differ in the last bits from those of
+        ``put_model``; skipping it for unchanged parameters keeps a restored env bit-identical.
+        """
+        wp = self._wp
+        changed = False
+        for name in _SAVED_PARAMS:
+            target = wp.to_torch(getattr(self._m, name))
+            saved = state[f"param_{name}"]
+            if tuple(saved.shape) != tuple(target.shape):
+                raise ValueError(f"saved physics parameter {name!r} does not fit this model and N")
+            if not torch.equal(saved.to(target.device, target.dtype), target):
+                target.copy_(saved.to(target.device, target.dtype))
+                changed = True
+        if changed:
+            with self._scope():
+                self._mjw.set_const(self._m, self._d)
+        for name in _SAVED_DATA:
+            target = wp.to_torch(getattr(self._d, name))
+            if tuple(state[name].shape) != tuple(target.shape):
+                raise ValueError(
+                    f"saved physics state {name!r} has shape {list(state[name].shape)}, not {list(target.shape)}"
+                )
+            target.copy_(state[name].to(target.device, target.dtype))
+        self._forward_all()
 
     def close(self) -> None:
         """Nothing to release eagerly: Warp frees its arrays with this object."""
