@@ -87,7 +87,7 @@ class ExperimentConfig:
     seed: int = option(0, "random seed for torch, numpy and the envs")
     total_steps: int = option(1_000_000, "environment steps to train for (summed over envs)")
     device: str = option("cpu", "torch device for policy, storage and (native) simulation")
-    torch_threads: int = option(0, "torch intra-op threads (0: library default)")
+    torch_threads: int = option(0, "torch intra-op threads (0: auto, 1 on CPU where small networks gain nothing)")
     env: EnvConfig = option(EnvConfig(), "environment")
     policy: PolicyConfig = option(PolicyConfig(), "policy")
     critic: CriticConfig = option(CriticConfig(), "value critic")

@@ -59,11 +59,24 @@ def build_critic(config: ExperimentConfig, env) -> torch.nn.Module:
     return critic.to(config.device)
 
 
+def resolve_torch_threads(config: ExperimentConfig) -> tuple[int, str]:
+    """(intra-op threads, why): ``torch_threads`` when set; otherwise 1 on CPU, torch's default on a GPU.
+
+    On CPU, robopt's networks are small (64-256 wide, minibatches of 64-4096): a second intra-op thread saves
+    little and, when another process shares the cores, spins against it (TRPO on Pendulum measured 22 s alone
+    and 5 min beside two single-threaded jobs with torch's default threads). The simulator has its own threads.
+    """
+    if config.torch_threads > 0:
+        return config.torch_threads, "torch_threads"
+    if torch.device(config.device).type == "cpu":
+        return 1, "auto: small networks on CPU"
+    return torch.get_num_threads(), "auto: torch default beside a GPU"
+
+
 def build_loop(config: ExperimentConfig) -> OnPolicyLoop:
     """Seeded env, policy, critic, algorithm and loop for an on-policy config."""
     seed_everything(config.seed)
-    if config.torch_threads > 0:
-        torch.set_num_threads(config.torch_threads)
+    torch.set_num_threads(resolve_torch_threads(config)[0])
     env = build_env(config)
     policy, critic = build_policy(config, env), build_critic(config, env)
     algo_name = config_to_dict(config)["algo"]["name"]
@@ -120,8 +133,20 @@ class _InterruptFlag:
             signal.signal(signal.SIGINT, self._previous)
 
 
-def _checkpoint_state(loop: OnPolicyLoop, config: ExperimentConfig) -> dict:
-    return {"loop": loop.state_dict(), "rng": rng_state(), "config": config_to_dict(config)}
+def _checkpoint_state(loop: OnPolicyLoop, config: ExperimentConfig, wall_time: float) -> dict:
+    """What ``--resume`` needs; ``wall_time`` is the run's training time so far, so a resumed run's clock continues."""
+    return {"loop": loop.state_dict(), "rng": rng_state(), "config": config_to_dict(config), "wall_time": wall_time}
+
+
+def _describe_start(config: ExperimentConfig, loop: OnPolicyLoop, run_dir: Path, resumed: bool) -> str:
+    threads, why = resolve_torch_threads(config)
+    env = loop.env
+    backend = type(env).__name__ if not hasattr(env, "physics") else type(env.physics).__name__
+    verb = "resuming" if resumed else "training"
+    return (
+        f"robopt: {verb} {config.name} in {run_dir} | {config.env.id} x {env.num_envs} ({backend}) | "
+        f"torch threads: {threads} ({why}; override with torch_threads=N)"
+    )
 
 
 def train(
@@ -135,6 +160,7 @@ def train(
     ``stop_at_iteration`` checkpoints and stops early (time-sliced jobs); ``--resume`` continues the run.
     """
     loop = build_loop(config)
+    wall_time_before = 0.0  # training wall time of the run before this process (resumed runs)
     if resume_dir is not None:
         run_dir = Path(resume_dir)
         try:
@@ -144,10 +170,13 @@ def train(
         except (RuntimeError, KeyError, ValueError, EOFError, OSError) as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ConfigError(f"cannot resume {str(run_dir)!r}: its checkpoint does not load ({first})") from None
+        wall_time_before = float(checkpoint.get("wall_time", 0.0))
     else:
         run_dir = new_run_dir(config)
-    logger = RunLogger(run_dir)
+    # A resumed run drops what was logged after its checkpoint, so its files read like one uninterrupted run.
+    logger = RunLogger(run_dir, resume_at_step=loop.env_steps if resume_dir is not None else None)
     show_progress = config.log.progress if progress is None else progress
+    print(_describe_start(config, loop, run_dir, resume_dir is not None), flush=True)
     total_iterations = max(1, config.total_steps // loop.steps_per_iteration)
     last_return, stopped = None, False
     from robopt.progress import TrainingProgress
@@ -162,21 +191,24 @@ def train(
             start_steps = loop.env_steps
             while loop.iteration_count < total_iterations:
                 metrics = loop.iteration(progress=loop.iteration_count / total_iterations)
-                metrics["steps_per_second"] = (loop.env_steps - start_steps) / (time.perf_counter() - start)
-                metrics["wall_time"] = time.perf_counter() - start
+                elapsed = time.perf_counter() - start
+                metrics["steps_per_second"] = (loop.env_steps - start_steps) / elapsed
+                metrics["wall_time"] = wall_time_before + elapsed
                 last_return = metrics.get("episode_return", last_return)
                 logger.log(loop.env_steps, metrics)
                 bar.update(loop.env_steps, metrics["steps_per_second"], last_return)
                 done = loop.iteration_count >= total_iterations or loop.iteration_count == stop_at_iteration
                 if done or interrupt.requested or loop.iteration_count % config.log.checkpoint_every == 0:
-                    save_checkpoint(run_dir / LAST_CHECKPOINT, _checkpoint_state(loop, config))
+                    save_checkpoint(run_dir / LAST_CHECKPOINT, _checkpoint_state(loop, config, metrics["wall_time"]))
                 if interrupt.requested:
                     stopped = True
                 if done or interrupt.requested:
                     break
         if not stopped and loop.iteration_count >= total_iterations and config.log.eval_episodes > 0:
             evaluation = final_evaluation(config, loop.policy, run_dir)
-            logger.log(loop.env_steps, {"eval_return": evaluation["mean_return"]})
+            logger.log_summary(
+                loop.env_steps, {"return": evaluation["mean_return"], "return_std": evaluation["std_return"]}
+            )
     finally:
         logger.close()
         loop.env.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from robopt.algorithms.onpolicy import NonFiniteError
-from robopt.checkpoint import load_checkpoint
+from robopt.checkpoint import load_checkpoint, save_checkpoint
 from robopt.config import ExperimentConfig, build_dataclass
 from robopt.runner import LAST_CHECKPOINT, train
 
@@ -43,8 +44,17 @@ def _params(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"]["policy"]
 
 
-def test_same_seed_same_result_and_resume_is_exact(tmp_path):
-    config = small_config(tmp_path)
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"id": "Pendulum-v1"},
+        # native backend: simulator state, randomized parameters and reset RNG travel in the checkpoint
+        {"id": "mujoco/Hopper", "backend": "mujoco", "kwargs": {"randomization": {"body_mass": [0.8, 1.2]}}},
+    ],
+    ids=["gymnasium", "native"],
+)
+def test_same_seed_same_result_and_resume_is_exact(tmp_path, env):
+    config = small_config(tmp_path, env={**env, "num_envs": 2})
     full = train(config)
     again = train(config)
     for key, value in _params(full.run_dir).items():
@@ -58,6 +68,46 @@ def test_same_seed_same_result_and_resume_is_exact(tmp_path):
     checkpoint = load_checkpoint(resumed.run_dir / LAST_CHECKPOINT)
     assert checkpoint["config"]["algo"]["name"] == "ppo"
     assert (resumed.run_dir / "config.yaml").is_file() and list(resumed.run_dir.glob("events.out.tfevents*"))
+
+
+def _progress_rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "progress.csv").open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_crash_then_resume_reads_like_one_uninterrupted_run(tmp_path, monkeypatch):
+    # 5 iterations, checkpoints after 2 and 4. The first process dies while writing its second checkpoint, so
+    # rows 3 and 4 are on disk past the checkpoint of iteration 2; the resumed run must drop them.
+    config = small_config(
+        tmp_path, total_steps=5 * 128, log={"checkpoint_every": 2}, rollout={"normalize_reward": False}
+    )
+    uninterrupted = _progress_rows(train(config).run_dir)
+    import robopt.runner
+
+    calls = []
+
+    def dying_save(path, state):
+        calls.append(state["loop"]["iteration"])
+        if len(calls) == 2:
+            raise OSError("simulated crash while checkpointing")
+        save_checkpoint(path, state)
+
+    monkeypatch.setattr(robopt.runner, "save_checkpoint", dying_save)
+    with pytest.raises(OSError, match="simulated crash"):
+        train(config)
+    monkeypatch.setattr(robopt.runner, "save_checkpoint", save_checkpoint)
+    run_dir = max((tmp_path / "runs" / "small").iterdir())
+    before = _progress_rows(run_dir)
+    assert [row["env_steps"] for row in before] == ["128", "256", "384", "512"]
+    checkpoint_wall_time = float(before[1]["wall_time"])
+    train(config, resume_dir=run_dir)
+    rows = _progress_rows(run_dir)
+    steps = [int(row["env_steps"]) for row in rows]
+    assert steps == [128, 256, 384, 512, 640] == [int(row["env_steps"]) for row in uninterrupted]
+    assert [row["episode_return"] for row in rows] == [row["episode_return"] for row in uninterrupted]  # exact resume
+    wall = [float(row["wall_time"]) for row in rows]
+    assert wall == sorted(wall) and wall[2] > checkpoint_wall_time  # the clock continues from the checkpoint
+    assert "eval_return" not in rows[-1] or rows[-1]["eval_return"] == ""  # evaluation is not a second row
 
 
 class _NaNAfter(gym.Env):
