@@ -68,8 +68,6 @@ class OnPolicyLoop:
             action, info = policy.act(obs)  # [N, A]; values are computed for the whole rollout at once later
             env_action = torch.clamp(action, env.action_low, env.action_high)
             next_obs, reward, terminated, truncated, env_info = env.step(env_action)
-            if self.rollout.normalize_reward:
-                reward = self.reward_scaler(reward, terminated | truncated)
             if t == 0:  # data crosses modules here: check the contract once per rollout
                 self._check_step_shapes(action, next_obs, reward, terminated, truncated)
             storage.insert(t, obs, action, info, reward, terminated, truncated, env_info["final_obs"])
@@ -78,6 +76,8 @@ class OnPolicyLoop:
             obs = next_obs
         self.obs = obs
         storage.commit()
+        if self.rollout.normalize_reward:  # the whole rollout at once: same numbers as per step, far cheaper
+            storage.reward.copy_(self.reward_scaler(storage.reward, storage.terminated | storage.truncated))
         episode_return, episode_length = torch.stack(ended_return), torch.stack(ended_length)  # [T, N]
         ended = episode_length > 0
         return episode_return[ended], episode_length[ended]

@@ -245,8 +245,8 @@ def make_native_env(task_cls: type, backend: str, num_envs: int, device: str | t
     """Build ``mujoco/<Task>`` on ``backend`` ('mujoco' or 'mujoco_warp').
 
     Keyword options: ``seed``, ``randomization`` (mapping or Randomization), ``max_episode_steps`` (time
-    limit, default Gymnasium's), ``num_threads`` (mujoco),
-    ``nconmax``/``njmax``/``verbose`` (mujoco_warp: list warp's kernel loads); anything else goes to the task (Gymnasium's v5 option names).
+    limit, default Gymnasium's), ``num_threads`` (mujoco), ``nconmax``/``njmax``/``verbose`` (mujoco_warp;
+    ``verbose`` lists warp's kernel loads); anything else goes to the task (Gymnasium's v5 option names).
     """
     seed, randomization = kwargs.pop("seed", None), kwargs.pop("randomization", None)
     max_episode_steps = kwargs.pop("max_episode_steps", None)

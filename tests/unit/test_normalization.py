@@ -47,3 +47,29 @@ def test_schedules():
     cosine = make_schedule("cosine", 2.0, final_fraction=0.5)
     assert cosine(0.0) == 2.0 and abs(cosine(1.0) - 1.0) < 1e-12 and abs(cosine(0.5) - 1.5) < 1e-12
     assert make_schedule("constant", 3.0)(0.7) == 3.0
+
+
+def _per_step_reference(rewards, dones, gamma, clip=10.0, eps=1e-8):
+    """The textbook per-step scaler (SB3 VecNormalize): update the return stats, divide by their std."""
+    returns, seen, out = np.zeros(rewards.shape[1]), [], []
+    for reward, done in zip(rewards, dones):
+        returns = gamma * returns + reward
+        seen.extend(returns.tolist())
+        out.append(np.clip(reward / np.sqrt(np.var(seen) + eps), -clip, clip))
+        returns = returns * ~done
+    return np.stack(out)
+
+
+def test_reward_scaler_over_a_rollout_equals_the_per_step_scaler():
+    # Two rollouts of T=50, N=3 with random episode ends: the rollout-at-once scaler must give what a per-step
+    # scaler gives (stats carried across rollouts, returns reset at each end).
+    generator = np.random.default_rng(0)
+    rewards = generator.normal(2.0, 3.0, size=(100, 3))
+    dones = generator.random((100, 3)) < 0.05
+    expected = _per_step_reference(rewards, dones, gamma=0.9)
+    scaler = RewardScaler(num_envs=3, gamma=0.9)
+    got = [scaler(torch.tensor(rewards[s]), torch.tensor(dones[s])) for s in (slice(0, 50), slice(50, 100))]
+    np.testing.assert_allclose(torch.cat(got).numpy(), expected, rtol=1e-10)
+    one_step = RewardScaler(num_envs=3, gamma=0.9)
+    steps = [one_step(torch.tensor(rewards[t]), torch.tensor(dones[t])) for t in range(100)]  # [N] API
+    np.testing.assert_allclose(torch.stack(steps).numpy(), expected, rtol=1e-10)
