@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-CONFIG ?= configs/ppo_halfcheetah.yaml
+CONFIG ?= configs/ppo_halfcheetah_fast.yaml
 
 .PHONY: train test test-fast bench lint format clean
 

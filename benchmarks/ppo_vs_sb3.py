@@ -7,12 +7,18 @@ no observation or reward normalization, grad-norm clip 0.5, value term vf_coef *
 per minibatch (SB3's default; robopt's ``algo.minibatch_advantage_norm``). Both use one torch thread and the same
 number of envs and seeds.
 
+``--normalized`` switches on what real configs use: observation and reward normalization (SB3 wraps its
+env in ``VecNormalize``; robopt uses its policy/critic normalizers and its rollout reward scaler) and value
+clipping at 0.2 (SB3's ``clip_range_vf``: the clipped prediction alone; robopt's ``algo.value_clip``: the max of
+clipped and unclipped losses, as OpenAI baselines and CleanRL; the cost is the same). ``--env`` picks the task.
+
 The two trainers are interleaved one rollout-and-update at a time (SB3's ``learn`` continued with
 ``reset_num_timesteps=False``; robopt's loop one ``iteration`` at a time), so that load from other
 processes on a shared machine hits both alike. Prints env steps per second of wall-clock and of CPU
 time for each, their ratio, and the deterministic return each reached (10 episodes).
 
     .venv/bin/python benchmarks/ppo_vs_sb3.py --steps 100000 --num-envs 1 --seeds 0
+    .venv/bin/python benchmarks/ppo_vs_sb3.py --env Hopper-v5 --normalized --steps 200000 --seeds 0 1 2 3 4
 """
 
 from __future__ import annotations
@@ -24,8 +30,8 @@ import time
 import numpy as np
 import torch
 
-ENV_ID = "HalfCheetah-v5"
 NUM_STEPS = 2048
+VALUE_CLIP = 0.2  # --normalized only
 
 
 class Clock:
@@ -43,55 +49,66 @@ class Clock:
         self.cpu += time.process_time() - self._cpu
 
 
-def make_sb3(num_envs: int, seed: int):
+def make_sb3(env_id: str, num_envs: int, seed: int, normalized: bool):
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
 
-    env = make_vec_env(ENV_ID, n_envs=num_envs, seed=seed)
-    return PPO("MlpPolicy", env, n_steps=NUM_STEPS, batch_size=64, n_epochs=10, seed=seed, device="cpu", verbose=0)
+    env = make_vec_env(env_id, n_envs=num_envs, seed=seed)
+    if normalized:
+        env = VecNormalize(env, gamma=0.99)
+    clip_range_vf = VALUE_CLIP if normalized else None
+    return PPO("MlpPolicy", env, n_steps=NUM_STEPS, batch_size=64, n_epochs=10, seed=seed, device="cpu", verbose=0,
+               clip_range_vf=clip_range_vf)  # fmt: skip
 
 
-def make_robopt(num_envs: int, seed: int):
+def make_robopt(env_id: str, num_envs: int, seed: int, normalized: bool):
     from robopt.config import ExperimentConfig, build_dataclass
     from robopt.runner import build_loop
 
     algo = {"name": "ppo", "learning_rate": 3e-4, "lr_schedule": "constant", "epochs": 10, "minibatch_size": 64,
             "ratio": {"name": "clip", "clip_low": 0.2}, "value_coef": 1.0, "max_grad_norm": 0.5,
-            "minibatch_advantage_norm": True}  # fmt: skip
+            "minibatch_advantage_norm": True, "value_clip": VALUE_CLIP if normalized else 0.0}  # fmt: skip
     config = build_dataclass(
         ExperimentConfig,
         {
             "seed": seed,
             "torch_threads": 1,
-            "env": {"id": ENV_ID, "num_envs": num_envs},
-            "policy": {"hidden": [64, 64], "activation": "tanh", "normalize_obs": False, "log_std_init": 0.0},
+            "env": {"id": env_id, "num_envs": num_envs, "backend": "gymnasium"},
+            "policy": {"hidden": [64, 64], "activation": "tanh", "normalize_obs": normalized, "log_std_init": 0.0},
             "critic": {"hidden": [64, 64], "activation": "tanh"},
-            "rollout": {"num_steps": NUM_STEPS, "gamma": 0.99, "gae_lambda": 0.95, "normalize_reward": False},
+            "rollout": {"num_steps": NUM_STEPS, "gamma": 0.99, "gae_lambda": 0.95, "normalize_reward": normalized},
             "algo": algo,
         },
     )
     return build_loop(config)
 
 
-def evaluate_sb3(model, seed: int) -> float:
+def evaluate_sb3(model, env_id: str, seed: int) -> float:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize
 
-    mean_return, _ = evaluate_policy(model, make_vec_env(ENV_ID, n_envs=1, seed=seed), 10, deterministic=True)
+    env = make_vec_env(env_id, n_envs=1, seed=seed)
+    train_env = model.get_env()
+    if isinstance(train_env, VecNormalize):  # the training statistics, frozen; raw rewards
+        env = VecNormalize(env, training=False, norm_reward=False)
+        env.obs_rms = train_env.obs_rms
+    mean_return, _ = evaluate_policy(model, env, 10, deterministic=True)
     return float(mean_return)
 
 
-def evaluate_robopt(loop, seed: int) -> float:
+def evaluate_robopt(loop, env_id: str, seed: int) -> float:
     from robopt.envs import make_env
     from robopt.evaluation import evaluate_policy
 
-    env = make_env(ENV_ID, 10)
+    env = make_env(env_id, 10)
     return evaluate_policy(loop.policy, env, 10, seed=seed).mean_return
 
 
-def run_seed(steps: int, num_envs: int, seed: int) -> dict[str, tuple[float, float, float]]:
+def run_seed(env_id: str, steps: int, num_envs: int, seed: int, normalized: bool) -> dict[str, tuple]:
     """Interleaved training of both for ``steps`` env steps; (wall steps/s, CPU steps/s, return) per library."""
-    sb3, loop = make_sb3(num_envs, seed), make_robopt(num_envs, seed)
+    sb3, loop = make_sb3(env_id, num_envs, seed, normalized), make_robopt(env_id, num_envs, seed, normalized)
     clocks = {"sb3": Clock(), "robopt": Clock()}
     per_iteration = NUM_STEPS * num_envs
     iterations = max(1, steps // per_iteration)
@@ -102,7 +119,7 @@ def run_seed(steps: int, num_envs: int, seed: int) -> dict[str, tuple[float, flo
             loop.iteration(progress=0.0)
     done = iterations * per_iteration
     assert sb3.num_timesteps == done and loop.env_steps == done, (sb3.num_timesteps, loop.env_steps)
-    returns = {"sb3": evaluate_sb3(sb3, seed + 10_000), "robopt": evaluate_robopt(loop, seed + 10_000)}
+    returns = {"sb3": evaluate_sb3(sb3, env_id, seed + 10_000), "robopt": evaluate_robopt(loop, env_id, seed + 10_000)}
     return {name: (done / clock.wall, done / clock.cpu, returns[name]) for name, clock in clocks.items()}
 
 
@@ -111,14 +128,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100_000, help="env steps per run (rounded to whole rollouts)")
     parser.add_argument("--num-envs", type=int, default=1)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--env", default="HalfCheetah-v5", help="Gymnasium id")
+    parser.add_argument("--normalized", action="store_true", help="obs/reward normalization and value clipping")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows: dict[str, list[tuple[float, float, float]]] = {"sb3": [], "robopt": []}
     for seed in args.seeds:
-        for name, row in run_seed(args.steps, args.num_envs, seed).items():
+        for name, row in run_seed(args.env, args.steps, args.num_envs, seed, args.normalized).items():
             rows[name].append(row)
             print(f"seed {seed}: {name:7s} {row[0]:7.0f} steps/s wall, {row[1]:7.0f} per CPU-s, return {row[2]:8.1f}")
-    print(f"\nPPO on {ENV_ID}, {args.steps} steps, {args.num_envs} env(s), seeds {args.seeds}, SB3 defaults")
+    mode = "normalized (VecNormalize, value clip 0.2)" if args.normalized else "SB3 defaults"
+    print(f"\nPPO on {args.env}, {args.steps} steps, {args.num_envs} env(s), seeds {args.seeds}, {mode}")
     print(f"{'':8s} {'steps/s (wall)':>15s} {'steps/CPU-s':>12s} {'deterministic return':>26s}")
     for name, values in rows.items():
         returns = [v[2] for v in values]
