@@ -190,3 +190,20 @@ def test_ctrl_c_saves_checkpoint_then_resume_and_eval(tmp_path):
     assert evaluated.returncode == 0 and "over 2 episodes" in evaluated.stdout
     plotted = _robopt("plot", str(run_dir), "--out", str(tmp_path / "curves.png"))
     assert plotted.returncode == 0 and (tmp_path / "curves.png").stat().st_size > 1000
+
+
+def test_fast_config_trains_checkpoints_and_resumes_through_the_cli(tmp_path):
+    # make train's default config: native backend, 64 envs x 32 steps = 2048 steps per iteration.
+    common = ["--no-progress", "log.eval_episodes=2"]
+    first = _robopt(
+        "train", "configs/ppo_halfcheetah_fast.yaml", f"log.run_root={tmp_path}", "total_steps=4096", *common
+    )
+    assert first.returncode == 0, first.stderr
+    assert "torch threads: 1 (auto" in first.stdout and "MujocoBackend" in first.stdout
+    assert "settotalmass" not in first.stdout + first.stderr
+    (run_dir,) = tmp_path.glob("ppo_halfcheetah_fast/*")
+    checkpoint = load_checkpoint(run_dir / LAST_CHECKPOINT)
+    assert checkpoint["loop"]["iteration"] == 2 and "physics" in checkpoint["loop"]["env"]  # native env state saved
+    resumed = _robopt("train", "--resume", str(run_dir), "total_steps=6144", *common)
+    assert resumed.returncode == 0, resumed.stderr
+    assert [int(row["env_steps"]) for row in _progress_rows(run_dir)] == [2048, 4096, 6144]
