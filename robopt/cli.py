@@ -74,8 +74,13 @@ def evaluate(
     episodes: int = typer.Option(10, "--episodes", help="episodes with the deterministic policy"),
     video: Path | None = typer.Option(None, "--video", help="also record one episode to this MP4 file"),
     seed: int = typer.Option(10_000, "--seed", help="evaluation seed"),
+    video_steps: int = typer.Option(1000, "--video-steps", help="at most this many env steps in the video"),
 ) -> None:
     """Mean and std of the deterministic policy's return over N episodes."""
+    if video is not None and sys.platform.startswith("linux"):  # headless OpenGL; read when mujoco is first imported
+        import os
+
+        os.environ.setdefault("MUJOCO_GL", "egl")
     from robopt.evaluation import evaluate_run, record_video
 
     try:
@@ -86,7 +91,7 @@ def evaluate(
                f"(mean length {result.mean_length:.0f})")  # fmt: skip
     if video is not None:
         try:
-            frames = record_video(run_dir, video, seed=seed)
+            frames = record_video(run_dir, video, seed=seed, max_steps=video_steps)
         except Exception as error:  # rendering needs an OpenGL backend (MUJOCO_GL=egl or osmesa) and the env's renderer
             _fail(
                 f"could not record video: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", 1

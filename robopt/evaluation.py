@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig
+from robopt.envs.render import DEFAULT_HEIGHT, DEFAULT_WIDTH, NativeRowRenderer, gymnasium_camera_kwargs
 from robopt.runner import LAST_CHECKPOINT, build_env, build_policy, load_run_config
 
 
@@ -22,9 +26,9 @@ class EvalResult:
     returns: list[float]
 
 
-def load_policy(run_dir: Path) -> tuple[ExperimentConfig, torch.nn.Module]:
-    """The run's config and its policy restored from the last checkpoint."""
-    config = load_run_config(run_dir)
+def load_policy(run_dir: Path, config: ExperimentConfig | None = None) -> tuple[ExperimentConfig, torch.nn.Module]:
+    """The run's config and its policy restored from the last checkpoint (built from ``config`` if given)."""
+    config = config or load_run_config(run_dir)
     path = Path(run_dir) / LAST_CHECKPOINT
     if not path.is_file():
         raise ConfigError(f"run {str(run_dir)!r} has no checkpoint yet ({LAST_CHECKPOINT})")
@@ -70,31 +74,170 @@ def evaluate_run(run_dir: Path, episodes: int = 10, seed: int = 10_000) -> EvalR
 
 
 @torch.no_grad()
-def record_video(run_dir: Path, path: Path, seed: int = 10_000, max_steps: int = 1000, fps: int | None = None) -> int:
-    """Render one deterministic episode to ``path`` (MP4); returns the number of frames."""
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    import gymnasium as gym
-    import imageio
+def record_video(
+    run_dir: Path,
+    path: Path,
+    seed: int = 10_000,
+    max_steps: int = 1000,
+    fps: int | None = None,
+    width: int = DEFAULT_WIDTH,
+    height: int = DEFAULT_HEIGHT,
+    progress: bool = True,
+) -> int:
+    """Render one deterministic episode (at most ``max_steps`` steps) to ``path`` (MP4); returns the frame count.
 
+    Native ``mujoco/<Task>`` runs are filmed from the native env itself, built with the run's own env options
+    (randomization, time limit...); Gymnasium runs through ``gym.make(render_mode="rgb_array")``. Both use the
+    task's camera from ``robopt.envs.render`` (the robot's tracking camera for locomotion). ``progress`` shows
+    frames rendered on stderr (software rendering on a CPU-only machine: 0.05-0.15 s per 640x480 frame).
+    Without a display, set ``MUJOCO_GL=egl`` (or ``osmesa``) before ``mujoco`` is first imported.
+    """
+    if max_steps < 0:
+        raise ConfigError(f"video max_steps must be at least 0, got {max_steps}")
+    if width < 16 or height < 16:
+        raise ConfigError(f"video size must be at least 16x16 pixels, got {width}x{height}")
+    config = video_config(load_run_config(run_dir))
+    _, policy = load_policy(run_dir, config)
+    if config.env.backend == "gymnasium":
+        env = _make_gymnasium_render_env(config, width, height)
+        frames, default_fps = _gymnasium_frames(env, policy, seed, max_steps), int(env.metadata.get("render_fps", 30))
+    else:
+        env = build_env(config, num_envs=1)
+        frames, default_fps = _native_frames(env, policy, seed, max_steps, width, height), round(1.0 / env.dt)
+    try:
+        return _write_video(Path(path), frames, fps or default_fps, max_steps + 1, progress)
+    finally:
+        env.close()
+
+
+def video_config(config: ExperimentConfig) -> ExperimentConfig:
+    """The run's config as a video is recorded from it: on the CPU when no GPU is present, one resolved backend.
+
+    ``env.backend`` becomes ``gymnasium`` (filmed through ``gym.make``) or the native backend the run trained on
+    (``auto`` is resolved as training resolved it); ``mujoco_warp`` without a GPU becomes ``mujoco`` (same task,
+    options and randomization; Warp-only options dropped).
+    """
+    from robopt.envs.registry import NATIVE_TASKS, _ensure_native_tasks_loaded, _fastest_backend
+
+    device = torch.device(config.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        device = torch.device("cpu")
+    backend, kwargs = config.env.backend, dict(config.env.kwargs)
+    if not config.env.id.startswith("mujoco/"):
+        backend = "gymnasium"
+    elif backend == "auto":
+        _ensure_native_tasks_loaded()
+        if config.env.id not in NATIVE_TASKS:
+            raise ConfigError(f"env.id={config.env.id!r} is not a registered native task")
+        backend = _fastest_backend(NATIVE_TASKS[config.env.id], device, config.env.num_envs, bool(kwargs))
+    if backend == "mujoco_warp" and device.type != "cuda":
+        backend = "mujoco"
+        kwargs = {key: value for key, value in kwargs.items() if key not in ("nconmax", "njmax")}
+    env = replace(config.env, backend=backend, kwargs=kwargs)
+    return replace(config, device=str(device), env=env)
+
+
+def _make_gymnasium_render_env(config: ExperimentConfig, width: int, height: int):
+    """``gym.make`` of the run's Gymnasium id (or a native id's Gymnasium twin) with the task's camera."""
+    import gymnasium as gym
+
+    from robopt.envs.physics import quiet_known_asset_warnings
     from robopt.envs.registry import NATIVE_TASKS, _ensure_native_tasks_loaded
 
-    config, policy = load_policy(run_dir)
     env_id = config.env.id
     if env_id.startswith("mujoco/"):
         _ensure_native_tasks_loaded()
         env_id = NATIVE_TASKS[env_id].gymnasium_id
-    env = gym.make(env_id, render_mode="rgb_array", **config.env.kwargs)
+    kwargs = dict(config.env.kwargs)
+    camera = gymnasium_camera_kwargs(env_id, kwargs)
+    if camera:  # a MuJoCo v5 env: it also takes the image size
+        kwargs = {"width": width, "height": height, **kwargs, **camera}
+    with quiet_known_asset_warnings():
+        return gym.make(env_id, render_mode="rgb_array", **kwargs)
+
+
+def _deterministic_action(policy, obs: torch.Tensor) -> torch.Tensor:
+    """The policy's mean action for obs [1, D], clipped to its bounds: [1, A]."""
+    action, _ = policy.act(obs, deterministic=True)
+    return torch.maximum(torch.minimum(action, policy.action_high), policy.action_low)
+
+
+def _gymnasium_frames(env, policy, seed: int, max_steps: int) -> Iterator[np.ndarray]:
+    """Frames [H, W, 3] of one Gymnasium episode: the reset state, then one after each step."""
     obs, _ = env.reset(seed=seed)
-    frames = [env.render()]
+    yield env.render()
+    device = policy.action_low.device
     for _ in range(max_steps):
-        action, _ = policy.act(torch.as_tensor(obs, dtype=torch.float32).reshape(1, -1), deterministic=True)
-        action = action[0].clamp(policy.action_low, policy.action_high).numpy()
+        obs = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(1, -1)  # [1, D]
+        action = _deterministic_action(policy, obs)[0].cpu().numpy()  # [A]
         obs, _, terminated, truncated, _ = env.step(action)
-        frames.append(env.render())
+        yield env.render()
         if terminated or truncated:
-            break
-    fps = fps or int(env.metadata.get("render_fps", 30))
-    env.close()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    imageio.mimsave(str(path), frames, fps=fps)
-    return len(frames)
+            return
+
+
+def _native_frames(env, policy, seed: int, max_steps: int, width: int, height: int) -> Iterator[np.ndarray]:
+    """Frames [H, W, 3] of row 0's first episode: the reset state, then one after each step.
+
+    The env resets a row inside the step that ends its episode, so that step's state is gone by the time it
+    could be drawn: the video stops one frame before a Gymnasium one would.
+    """
+    renderer = NativeRowRenderer(env, row=0, width=width, height=height)
+    try:
+        obs = env.reset(seed=seed)  # [1, D]
+        yield renderer.render()
+        for _ in range(max_steps):
+            action = _deterministic_action(policy, obs.to(policy.action_low.device)).to(env.device)  # [1, A]
+            obs, _, terminated, truncated, _ = env.step(action)
+            if bool(terminated[0] | truncated[0]):
+                return
+            yield renderer.render()
+    finally:
+        renderer.close()
+
+
+def _write_video(path: Path, frames: Iterator[np.ndarray], fps: int, max_frames: int, progress: bool) -> int:
+    """Stream frames to an MP4 file (never all in memory) with a progress display; returns the frame count."""
+    import imageio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with imageio.get_writer(str(path), fps=fps) as writer, FrameProgress(max_frames, enabled=progress) as bar:
+        for frame in frames:
+            writer.append_data(frame)
+            count += 1
+            bar.update(count)
+    return count
+
+
+class FrameProgress:
+    """Frames rendered so far on stderr: a rich bar on a terminal, else one line per tenth; a no-op when disabled."""
+
+    def __init__(self, total: int, enabled: bool = True) -> None:
+        self.total, self.enabled = total, enabled
+        self._console = Console(stderr=True)
+        self._bar = None
+        self._next_line = 0
+        self._start = time.monotonic()
+
+    def __enter__(self) -> FrameProgress:
+        self._start = time.monotonic()
+        if self.enabled and self._console.is_terminal:
+            self._bar = Progress(
+                TextColumn("[bold]video"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TimeRemainingColumn(), console=self._console, transient=True,
+            )  # fmt: skip
+            self._bar.__enter__()
+            self._task = self._bar.add_task("video", total=self.total)
+        return self
+
+    def update(self, frames: int) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=frames)
+        elif self.enabled and frames >= self._next_line:
+            self._console.print(f"video: {frames}/{self.total} frames, {time.monotonic() - self._start:.0f} s")
+            self._next_line = frames + max(1, self.total // 10)
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
