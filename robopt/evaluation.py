@@ -117,22 +117,19 @@ def video_config(config: ExperimentConfig) -> ExperimentConfig:
     (``auto`` is resolved as training resolved it); ``mujoco_warp`` without a GPU becomes ``mujoco`` (same task,
     options and randomization; Warp-only options dropped).
     """
-    from robopt.envs.registry import NATIVE_TASKS, _ensure_native_tasks_loaded, _fastest_backend
+    from robopt.envs.registry import resolve_backend
 
     device = torch.device(config.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         device = torch.device("cpu")
-    backend, kwargs = config.env.backend, dict(config.env.kwargs)
-    if not config.env.id.startswith("mujoco/"):
-        backend = "gymnasium"
-    elif backend == "auto":
-        _ensure_native_tasks_loaded()
-        if config.env.id not in NATIVE_TASKS:
-            raise ConfigError(f"env.id={config.env.id!r} is not a registered native task")
-        backend = _fastest_backend(NATIVE_TASKS[config.env.id], device, config.env.num_envs, bool(kwargs))
+    kwargs = dict(config.env.kwargs)
+    try:
+        backend = resolve_backend(config.env.id, config.env.backend, device, config.env.num_envs, bool(kwargs))
+    except ValueError as error:
+        raise ConfigError(f"env.id={config.env.id!r}: {error}") from None
     if backend == "mujoco_warp" and device.type != "cuda":
         backend = "mujoco"
-        kwargs = {key: value for key, value in kwargs.items() if key not in ("nconmax", "njmax")}
+        kwargs = {key: value for key, value in kwargs.items() if key not in ("nconmax", "njmax", "verbose")}
     env = replace(config.env, backend=backend, kwargs=kwargs)
     return replace(config, device=str(device), env=env)
 
@@ -142,12 +139,9 @@ def _make_gymnasium_render_env(config: ExperimentConfig, width: int, height: int
     import gymnasium as gym
 
     from robopt.envs.physics import quiet_known_asset_warnings
-    from robopt.envs.registry import NATIVE_TASKS, _ensure_native_tasks_loaded
+    from robopt.envs.registry import gymnasium_twin
 
-    env_id = config.env.id
-    if env_id.startswith("mujoco/"):
-        _ensure_native_tasks_loaded()
-        env_id = NATIVE_TASKS[env_id].gymnasium_id
+    env_id = gymnasium_twin(config.env.id)
     kwargs = dict(config.env.kwargs)
     camera = gymnasium_camera_kwargs(env_id, kwargs)
     if camera:  # a MuJoCo v5 env: it also takes the image size

@@ -49,18 +49,36 @@ def list_env_ids() -> list[str]:
     return sorted(NATIVE_TASKS)
 
 
-def make_env(env_id: str, num_envs: int, backend: str = "auto", device: str | torch.device = "cpu", **kwargs) -> VecEnv:
-    """Build a VecEnv. ``backend='auto'`` picks the fastest backend present for the id."""
+def resolve_backend(env_id: str, backend: str, device: str | torch.device, num_envs: int, has_options: bool) -> str:
+    """The backend ``make_env`` uses for these arguments (``auto`` resolved); a bad id or backend is a ValueError."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown env backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    if not env_id.startswith("mujoco/"):
+        return "gymnasium" if backend == "auto" else backend
+    _ensure_native_tasks_loaded()
+    if env_id not in NATIVE_TASKS:
+        allowed = ", ".join(sorted(NATIVE_TASKS)) or "(none registered)"
+        raise ValueError(f"unknown native task {env_id!r}; allowed: {allowed}")
+    if backend == "auto":
+        return _fastest_backend(NATIVE_TASKS[env_id], torch.device(device), num_envs, has_options)
+    return backend
+
+
+def gymnasium_twin(env_id: str) -> str:
+    """The Gymnasium id that a native ``mujoco/<Task>`` id reproduces; any other id unchanged."""
+    if not env_id.startswith("mujoco/"):
+        return env_id
+    _ensure_native_tasks_loaded()
+    if env_id not in NATIVE_TASKS:
+        raise ValueError(f"unknown native task {env_id!r}; allowed: {', '.join(sorted(NATIVE_TASKS))}")
+    return NATIVE_TASKS[env_id].gymnasium_id
+
+
+def make_env(env_id: str, num_envs: int, backend: str = "auto", device: str | torch.device = "cpu", **kwargs) -> VecEnv:
+    """Build a VecEnv. ``backend='auto'`` picks the fastest backend present for the id."""
+    backend = resolve_backend(env_id, backend, device, num_envs, bool(kwargs))
     if env_id.startswith("mujoco/"):
-        _ensure_native_tasks_loaded()
-        if env_id not in NATIVE_TASKS:
-            allowed = ", ".join(sorted(NATIVE_TASKS)) or "(none registered)"
-            raise ValueError(f"unknown native task {env_id!r}; allowed: {allowed}")
         task = NATIVE_TASKS[env_id]
-        if backend == "auto":
-            backend = _fastest_backend(task, torch.device(device), num_envs, bool(kwargs))
         if backend == "gymnasium":
             from robopt.envs.gymnasium_env import GymnasiumVecEnv
 
@@ -70,7 +88,7 @@ def make_env(env_id: str, num_envs: int, backend: str = "auto", device: str | to
                 f"{env_id}: backend {backend!r} is not available; allowed: gymnasium, {', '.join(task.factories)}"
             )
         return task.factories[backend](num_envs=num_envs, device=device, **kwargs)
-    if backend not in ("auto", "gymnasium"):
+    if backend != "gymnasium":
         raise ValueError(f"env {env_id!r} is a Gymnasium id and runs only on backend 'gymnasium', not {backend!r}")
     from robopt.envs.gymnasium_env import GymnasiumVecEnv
 
