@@ -8,14 +8,17 @@ Shapes: B minibatch, K the policy's inner log-ratio axis, D obs dim.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from robopt.buffers.rollout import RolloutBatch
-from robopt.config import option
+from robopt.config import ConfigError, option
 from robopt.core.advantages import normalize_advantage
-from robopt.core.losses import explained_variance, value_loss
+from robopt.core.compiled import CompiledFirstOrderStep, compile_unavailable_reason
+from robopt.core.losses import explained_variance, value_error
 from robopt.core.protocols import SupportsEntropy, SupportsKL, require
 from robopt.core.schedules import SCHEDULES, make_schedule
 from robopt.core.surrogates import RatioControl, ratio_metrics, surrogate
@@ -37,36 +40,86 @@ class PPOConfig:
     max_grad_norm: float = option(0.5, "global gradient-norm clip")
     target_kl: float = option(0.0, "stop the epochs early when the epoch's approx KL exceeds 1.5x this (0 disables)")
     minibatch_advantage_norm: bool = option(False, "normalize advantages per minibatch (as SB3 does) too")
+    compile: bool = option(
+        False, "torch.compile each minibatch step (loss, gradient, clip, Adam) into one graph: about 2x faster "
+        "updates on CPU after a one-off compile of 10-20 s (about 3 s once cached on disk); pays on long runs"
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.minibatch_size < 1:
             raise ValueError(f"epochs and minibatch_size must be >= 1, got {self.epochs}, {self.minibatch_size}")
         if self.learning_rate <= 0.0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.compile and self.ratio.name == "kl_penalty_adaptive":
+            raise ValueError(
+                "compile=true does not support ratio.name=kl_penalty_adaptive (its coefficient changes every "
+                "update, which would recompile the step each time); use compile=false"
+            )
 
 
 def ppo_loss(
     policy, critic, batch: RolloutBatch, config: PPOConfig, control: RatioControl, with_metrics: bool = True
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Surrogate under ``control`` + value_coef * value loss - entropy_coef * entropy, on one minibatch (pure)."""
+    """Surrogate under ``control`` + value_coef * value loss - entropy_coef * entropy, on one minibatch (pure).
+
+    The advantages are used as given: ``PPO.update`` normalizes them per minibatch when
+    ``minibatch_advantage_norm`` is set (see ``normalize_per_minibatch``). The value loss is
+    0.5 * mean (V - R)^2 (``robopt.core.losses.value_error``). ``with_metrics=False`` returns empty metrics.
+    """
     log_ratio = policy.log_ratio(batch.obs, batch.action, batch.policy_info)  # [B, K]
     kl = policy.kl(batch.obs, batch.policy_info) if control.name == "kl_penalty_adaptive" else None
-    advantage = normalize_advantage(batch.advantage) if config.minibatch_advantage_norm else batch.advantage  # [B]
-    policy_loss, metrics = surrogate(log_ratio, advantage, control, kl=kl, with_metrics=with_metrics)
+    policy_loss, metrics = surrogate(log_ratio, batch.advantage, control, kl=kl, with_metrics=with_metrics)
     value = critic(batch.obs)  # [B]
-    critic_loss, value_metrics = value_loss(
+    squared_error = value_error(
         value, batch.return_target, batch.value, config.value_clip if config.value_clip > 0 else None
     )
-    loss = policy_loss + config.value_coef * critic_loss
+    loss = torch.add(policy_loss, squared_error, alpha=0.5 * config.value_coef)  # one node for the weighted sum
     if config.entropy_coef > 0.0:
         entropy = policy.entropy(batch.obs).mean()
         loss = loss - config.entropy_coef * entropy
-        metrics["entropy"] = entropy.detach()
-    return loss, {**metrics, **value_metrics, "policy_loss": policy_loss.detach()}
+        if with_metrics:
+            metrics["entropy"] = entropy.detach()
+    if with_metrics:
+        metrics["value_loss"] = 0.5 * squared_error.detach()
+        metrics["policy_loss"] = policy_loss.detach()
+    return loss, metrics
+
+
+def normalize_per_minibatch(advantage: torch.Tensor, minibatch_size: int) -> torch.Tensor:
+    """Each block of ``minibatch_size`` consecutive rows of ``advantage`` [B] normalized to zero mean, unit std.
+
+    The same numbers as ``normalize_advantage`` on every minibatch of ``RolloutBatch.split`` (as SB3 does in
+    ``train``), computed for all full blocks at once: five tensor operations per epoch instead of per minibatch.
+    """
+    size = advantage.shape[0]
+    full = size - size % minibatch_size
+    parts = []
+    if full > 0:
+        blocks = advantage[:full].reshape(-1, minibatch_size)  # [M, b]
+        mean, std = blocks.mean(1, keepdim=True), blocks.std(1, keepdim=True)  # [M, 1]
+        parts.append(((blocks - mean) / (std + 1e-8)).view(full))
+    if full < size:
+        parts.append(normalize_advantage(advantage[full:]))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+class PPOObjective(nn.Module):
+    """``ppo_loss`` over (policy, critic) as a module: what ``CompiledFirstOrderStep`` differentiates."""
+
+    def __init__(self, policy: nn.Module, critic: nn.Module, config: PPOConfig) -> None:
+        super().__init__()
+        self.policy, self.critic, self.config = policy, critic, config
+
+    def forward(self, batch: RolloutBatch, control: RatioControl) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return ppo_loss(self.policy, self.critic, batch, self.config, control, with_metrics=True)
 
 
 class PPO:
-    """Epochs x minibatches of ``ppo_loss`` through one first-order updater over policy and critic."""
+    """Epochs x minibatches of ``ppo_loss`` through one first-order updater over policy and critic.
+
+    With ``config.compile`` each minibatch step is one compiled graph (``robopt.core.compiled``) sharing the
+    updater's state; otherwise the eager ``FirstOrderUpdater.step``.
+    """
 
     def __init__(self, config: PPOConfig, policy, critic) -> None:
         if config.entropy_coef > 0.0:
@@ -78,6 +131,12 @@ class PPO:
         self.updater = FirstOrderUpdater(params, config.learning_rate, config.max_grad_norm)
         self.schedule = make_schedule(config.lr_schedule, config.learning_rate)
         self.control = config.ratio  # adapted between updates (kl_penalty_adaptive); saved in state_dict
+        self.compiled_step = None
+        if config.compile:
+            reason = compile_unavailable_reason(self.updater.flat.device)
+            if reason is not None:
+                raise ConfigError(f"algo.compile=true: {reason}; set algo.compile=false for the eager step")
+            self.compiled_step = CompiledFirstOrderStep(self.updater, PPOObjective(policy, critic, config))
 
     def update(self, batch: RolloutBatch, progress: float) -> dict[str, torch.Tensor]:
         config = self.config
@@ -88,12 +147,15 @@ class PPO:
             # Minibatch metrics are kept for the last epoch (reported) and, with target_kl, for every epoch.
             with_metrics = config.target_kl > 0.0 or epoch == config.epochs - 1
             sums, count = {}, 0
-            for minibatch in batch.minibatches(config.minibatch_size):
-                metrics = self.updater.step(
-                    lambda mb=minibatch, wm=with_metrics: ppo_loss(
-                        self.policy, self.critic, mb, config, self.control, wm
+            for minibatch in self._epoch_minibatches(batch):
+                if self.compiled_step is not None:
+                    metrics = self._compiled_step(minibatch)
+                else:
+                    metrics = self.updater.step(
+                        lambda mb=minibatch, wm=with_metrics: ppo_loss(
+                            self.policy, self.critic, mb, config, self.control, wm
+                        )
                     )
-                )
                 if with_metrics:
                     for key, value in metrics.items():
                         sums[key] = sums[key] + value if key in sums else value
@@ -115,11 +177,27 @@ class PPO:
             "learning_rate": torch.tensor(learning_rate),
         }
 
+    def _compiled_step(self, minibatch: RolloutBatch) -> dict[str, torch.Tensor]:
+        try:
+            return self.compiled_step(minibatch, self.control)
+        except torch._dynamo.exc.TorchDynamoException as error:  # raised while building the graph (first calls)
+            detail = (str(error).strip().splitlines() or [""])[0]
+            raise ConfigError(
+                f"algo.compile=true: torch.compile could not build the PPO step ({type(error).__name__}: {detail}); "
+                "set algo.compile=false"
+            ) from error
+
+    def _epoch_minibatches(self, batch: RolloutBatch) -> list[RolloutBatch]:
+        """One epoch's shuffled minibatches (views of one permuted copy), advantages normalized per minibatch."""
+        shuffled = batch.index(torch.randperm(len(batch), device=batch.obs.device))
+        if self.config.minibatch_advantage_norm:
+            advantage = normalize_per_minibatch(shuffled.advantage, self.config.minibatch_size)
+            shuffled = dataclasses.replace(shuffled, advantage=advantage)
+        return shuffled.split(self.config.minibatch_size)
+
     def state_dict(self) -> dict:
         return {"optimizer": self.updater.state_dict(), "kl_coef": self.control.kl_coef}
 
     def load_state_dict(self, state: dict) -> None:
-        import dataclasses
-
         self.updater.load_state_dict(state["optimizer"])
         self.control = dataclasses.replace(self.control, kl_coef=state["kl_coef"])

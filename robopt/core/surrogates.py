@@ -41,7 +41,7 @@ RATIO_CONTROLS = (
 
 def _broadcast_advantage(advantage: torch.Tensor, log_ratio: torch.Tensor) -> torch.Tensor:
     if advantage.dim() == 1:
-        return advantage.unsqueeze(-1).expand_as(log_ratio)  # [B] -> [B, K]
+        return advantage.unsqueeze(-1)  # [B] -> [B, 1], broadcast against [B, K] by the arithmetic
     if advantage.shape != log_ratio.shape:
         raise ValueError(f"advantage shape {list(advantage.shape)} does not match log_ratio {list(log_ratio.shape)}")
     return advantage
@@ -56,9 +56,13 @@ def masked_mean(value: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 
 def _clip_objective(
-    ratio: torch.Tensor, advantage: torch.Tensor, clip_low: float | torch.Tensor, clip_high: float | torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) [B, K] and the mask of entries outside the band."""
+    ratio: torch.Tensor,
+    advantage: torch.Tensor,
+    clip_low: float | torch.Tensor,
+    clip_high: float | torch.Tensor,
+    with_mask: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) [B, K] and (``with_mask``) the mask of entries off the band."""
     if isinstance(clip_low, float) and isinstance(clip_high, float):  # scalars: fewer ops on the hot path
         lower, upper = 1.0 - clip_low, 1.0 + clip_high
         clipped_ratio = torch.clamp(ratio, lower, upper)
@@ -67,7 +71,7 @@ def _clip_objective(
         upper = (1.0 + torch.as_tensor(clip_high)).to(ratio)
         clipped_ratio = torch.maximum(torch.minimum(ratio, upper), lower)
     objective = torch.minimum(ratio * advantage, clipped_ratio * advantage)  # [B, K]
-    return objective, (ratio < lower) | (ratio > upper)
+    return objective, ((ratio < lower) | (ratio > upper)) if with_mask else None
 
 
 def _finish(
@@ -224,7 +228,8 @@ def surrogate(
         kl: optional exact KL(pi_old || pi_new) per row [B] (``SupportsKL``) for ``kl_penalty_adaptive``;
             without it the penalty uses the k3 estimator (r - 1) - log r (Schulman 2020), unbiased under
             samples from pi_old.
-        with_metrics: False skips the ratio diagnostics (a training loop's inner minibatches need only the loss).
+        with_metrics: False skips every diagnostic, the clip mask included (a training loop's inner minibatches
+            need only the loss); metrics is then empty.
 
     Returns:
         (loss, metrics): metrics hold approx_kl, ratio_mean_abs_dev, ratio_max and control-specific entries.
@@ -236,24 +241,26 @@ def surrogate(
         return _finish(ratio * advantage, log_ratio, weight, mask, with_metrics=with_metrics)
     if name in ("clip", "clip_asymmetric", "dual_clip"):
         clip_high = control.clip_low if control.clip_high is None else control.clip_high
-        objective, clipped = _clip_objective(ratio, advantage, control.clip_low, clip_high)
+        objective, clipped = _clip_objective(ratio, advantage, control.clip_low, clip_high, with_metrics)
         if name != "dual_clip":
             return _finish(objective, log_ratio, weight, mask, clipped, with_metrics)
         # Dual clip (Ye et al. 2020, eq. 5): for A < 0, max(min(rA, clip(r)A), cA) bounds the loss of huge r.
         floor = control.dual_clip * advantage
         dual = (advantage < 0) & (floor > objective)
         loss, metrics = _finish(torch.where(dual, floor, objective), log_ratio, weight, mask, clipped, with_metrics)
-        return loss, metrics | {"dual_clip_fraction": masked_mean(dual.to(ratio.dtype), mask).detach()}
+        if with_metrics:
+            metrics["dual_clip_fraction"] = masked_mean(dual.to(ratio.dtype), mask).detach()
+        return loss, metrics
     if name == "kl_penalty_adaptive":
         # PPO-penalty (Schulman et al. 2017, eq. 8): r A - beta KL[pi_old, pi_new].
         kl_term = (ratio - 1.0) - log_ratio if kl is None else _broadcast_advantage(kl, log_ratio)  # [B, K]
         loss, metrics = _finish(
             ratio * advantage - control.kl_coef * kl_term, log_ratio, weight, mask, with_metrics=with_metrics
         )
-        return loss, metrics | {
-            "kl_coef": torch.tensor(control.kl_coef),
-            "kl_penalty": masked_mean(kl_term, mask).detach(),
-        }
+        if with_metrics:
+            metrics["kl_coef"] = torch.tensor(control.kl_coef)
+            metrics["kl_penalty"] = masked_mean(kl_term, mask).detach()
+        return loss, metrics
     if name == "spo_penalty":
         # SPO (Xie et al. 2024, eq. 9): r A - |A| / (2 eps) (r - 1)^2; optimum at r = 1 + sign(A) eps.
         objective = ratio * advantage - advantage.abs() / (2.0 * control.spo_eps) * (ratio - 1.0) ** 2
@@ -263,4 +270,6 @@ def surrogate(
     tau = torch.where(advantage > 0, control.gate_temperature_pos, control.gate_temperature_neg).to(ratio)
     gate = torch.sigmoid(tau * (ratio - 1.0))  # [B, K]
     loss, metrics = _finish(4.0 / tau * gate * advantage, log_ratio, weight, mask, with_metrics=with_metrics)
-    return loss, metrics | {"gate_weight": masked_mean(4.0 * gate * (1.0 - gate), mask).detach()}
+    if with_metrics:
+        metrics["gate_weight"] = masked_mean(4.0 * gate * (1.0 - gate), mask).detach()
+    return loss, metrics

@@ -2,10 +2,15 @@
 
 The parameters it owns are re-homed into one flat buffer (and their gradients into another), so the
 optimizer step, the gradient-norm clip and zeroing are each a few tensor operations instead of a loop
-over layers; Adam (Kingma & Ba 2015, Algorithm 1, with torch.optim.Adam's placement of eps) is written
-out on that buffer because ``torch.optim.Adam.step``'s Python bookkeeping alone costs about as much as
-a 64x64 MLP's forward and backward pass. For the small networks of robot control that is a large share
-of a CPU gradient step.
+over layers. Adam (Kingma & Ba 2015, Algorithm 1, with torch.optim.Adam's placement of eps) runs as one
+call of torch's fused Adam kernel on that buffer (the kernel behind ``torch.optim.Adam(fused=True)``,
+without ``Adam.step``'s Python bookkeeping, which alone costs about as much as a 64x64 MLP's forward and
+backward pass); on devices without that kernel it is written out in seven tensor operations. On CPU the
+fused call is 8 us against 37 us for the written-out form on a 64x64 actor-critic's 11k parameters; the
+two agree to within a rounding of the last step (the kernel forms ``p - step_size * m / denom``).
+
+Python numbers in tensor arithmetic are wrapped into a fresh tensor per call (about 2 us each on CPU), so
+the constants of the clip live in 0-d tensors made once.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ import math
 from collections.abc import Callable, Iterable
 
 import torch
+
+FUSED_ADAM_DEVICES = ("cpu", "cuda")
+"""Device types whose fused Adam kernel the updater calls; others use the written-out form."""
 
 
 class FirstOrderUpdater:
@@ -46,6 +54,12 @@ class FirstOrderUpdater:
         self.exp_avg_sq = torch.zeros_like(self.flat.detach())  # [P] second moment
         self.step_count = 0
         self.max_grad_norm = max_grad_norm
+        device = first.device
+        self.fused = device.type in FUSED_ADAM_DEVICES and hasattr(torch, "_fused_adam_")
+        self._fused_step = torch.zeros((), device=device)  # the kernel reads t from a tensor (float32, like Adam's)
+        if max_grad_norm is not None:
+            self._max_norm = torch.tensor(float(max_grad_norm), dtype=first.dtype, device=device)
+            self._clip_eps = torch.tensor(1e-6, dtype=first.dtype, device=device)
 
     def set_lr(self, lr: float) -> None:
         self.lr = lr
@@ -55,23 +69,35 @@ class FirstOrderUpdater:
         # m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  p -= lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps)
         beta1, beta2 = self.betas
         self.step_count += 1
+        if self.fused:
+            self._fused_step.fill_(self.step_count)
+            torch._fused_adam_(
+                [self.flat.data], [grad], [self.exp_avg], [self.exp_avg_sq], [], [self._fused_step], lr=self.lr,
+                beta1=beta1, beta2=beta2, weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False,
+            )  # fmt: skip
+            return
         self.exp_avg.lerp_(grad, 1.0 - beta1)
         self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
         bias_correction2_sqrt = math.sqrt(1.0 - beta2**self.step_count)
         denom = (self.exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps)
         self.flat.data.addcdiv_(self.exp_avg, denom, value=-self.lr / (1.0 - beta1**self.step_count))
 
-    def step(self, loss_fn: Callable[[], tuple[torch.Tensor, dict[str, torch.Tensor]]]) -> dict[str, torch.Tensor]:
-        """Evaluate ``loss_fn() -> (loss, metrics)``, backprop, clip, step; returns metrics with grad_norm."""
-        loss, metrics = loss_fn()
+    def clip_and_step(self) -> torch.Tensor:
+        """Clip the accumulated gradient [P] to ``max_grad_norm`` and take the Adam step; returns the norm before."""
         grad = self.flat.grad
-        grad.zero_()
-        loss.backward()
         grad_norm = torch.linalg.vector_norm(grad)
         if self.max_grad_norm is not None:
             # torch.nn.utils.clip_grad_norm_ semantics: scale by max_norm / (norm + 1e-6) when that is < 1
-            grad.mul_(torch.clamp(self.max_grad_norm / (grad_norm + 1e-6), max=1.0))
+            grad.mul_(torch.div(self._max_norm, grad_norm + self._clip_eps).clamp_(max=1.0))
         self._adam(grad)
+        return grad_norm
+
+    def step(self, loss_fn: Callable[[], tuple[torch.Tensor, dict[str, torch.Tensor]]]) -> dict[str, torch.Tensor]:
+        """Evaluate ``loss_fn() -> (loss, metrics)``, backprop, clip, step; returns metrics with grad_norm."""
+        loss, metrics = loss_fn()
+        self.flat.grad.zero_()
+        loss.backward()
+        grad_norm = self.clip_and_step()
         return {**metrics, "loss": loss.detach(), "grad_norm": grad_norm}
 
     def state_dict(self) -> dict:

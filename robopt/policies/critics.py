@@ -27,4 +27,7 @@ class ValueCritic(nn.Module):
         self.net = MLP(obs_dim, 1, hidden, activation, output_gain=1.0, orthogonal_init=orthogonal_init)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(self.normalizer(obs)).squeeze(-1)
+        # The submodules' forward is called directly: nn.Module.__call__ and a disabled normalizer's call cost
+        # about 7 us per minibatch on CPU (module hooks are not run here).
+        normalizer = self.normalizer
+        return self.net.forward(normalizer.forward(obs) if normalizer.enabled else obs).squeeze(-1)

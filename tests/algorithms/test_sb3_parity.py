@@ -38,6 +38,7 @@ from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 
 from robopt.buffers.rollout import RolloutBatch  # noqa: E402
 from robopt.config import ExperimentConfig, apply_overrides, build_dataclass  # noqa: E402
+from robopt.core.compiled import compile_unavailable_reason  # noqa: E402
 from robopt.runner import build_loop  # noqa: E402
 
 SEED = 3
@@ -46,7 +47,14 @@ COLLECT_RTOL = COLLECT_ATOL = 1e-5  # rollout quantities; seen: 1e-6 (obs), 6e-6
 SB3_FIELDS = ("observations", "actions", "rewards", "log_probs", "values", "advantages", "returns")
 
 # Overrides (``a.b=value``) applied on top of the SB3-matching config; a fast path adds its own entry here.
-ROBOPT_VARIANTS = [pytest.param((), id="reference")]
+COMPILE_SKIP = compile_unavailable_reason("cpu")
+ROBOPT_VARIANTS = [
+    pytest.param((), id="reference"),
+    pytest.param(
+        ("algo.compile=true",), id="compiled",
+        marks=pytest.mark.skipif(COMPILE_SKIP is not None, reason=f"torch.compile unavailable: {COMPILE_SKIP}"),
+    ),  # the minibatch step as one torch.compile graph (robopt.core.compiled)
+]  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------- builders
@@ -211,9 +219,11 @@ def test_one_ppo_update_matches_sb3(overrides, monkeypatch):
     assert moved > 1e-3, f"SB3's update barely moved the weights ({moved:.1e}): the comparison would prove nothing"
 
     orders = iter(sb3_permutations(SEED, steps, num_envs, epochs))
+    randperm = torch.randperm
 
     def sb3_order(size: int, *args, **kwargs) -> torch.Tensor:
-        assert size == steps * num_envs, f"robopt permuted {size} rows, SB3 permutes the whole batch"
+        if size != steps * num_envs:  # not a minibatch order (torch.compile's pattern matcher draws while compiling);
+            return randperm(size, *args, **kwargs)  # a wrong-sized robopt draw fails the count check below
         order = next(orders, None)
         assert order is not None, "robopt drew more minibatch orders than SB3's epochs"
         return order

@@ -36,3 +36,18 @@ def test_parameters_stay_views_through_load_state_dict():
     updater.step(lambda: (a(torch.ones(2, 3)).sum(), {}))
     assert not torch.equal(updater.flat.detach(), torch.ones_like(updater.flat))
     assert torch.equal(torch.cat([p.detach().reshape(-1) for p in a.parameters()]), updater.flat.detach())
+
+
+def test_written_out_adam_matches_the_fused_kernel():
+    # Devices without torch's fused Adam use the seven-operation form; both must take the same steps.
+    (a, b), (ref_a, ref_b) = _nets(), _nets()
+    fused = FirstOrderUpdater(list(a.parameters()) + list(b.parameters()), lr=1e-2, max_grad_norm=0.5)
+    written = FirstOrderUpdater(list(ref_a.parameters()) + list(ref_b.parameters()), lr=1e-2, max_grad_norm=0.5)
+    assert fused.fused
+    written.fused = False
+    x = torch.randn(16, 3)
+    for _ in range(5):
+        fused.step(lambda: ((a(x).square().sum() + 3 * b(x).sum()), {}))
+        written.step(lambda: ((ref_a(x).square().sum() + 3 * ref_b(x).sum()), {}))
+    torch.testing.assert_close(fused.flat, written.flat)
+    torch.testing.assert_close(fused.exp_avg_sq, written.exp_avg_sq)
