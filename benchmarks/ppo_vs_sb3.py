@@ -62,13 +62,14 @@ def make_sb3(env_id: str, num_envs: int, seed: int, normalized: bool):
                clip_range_vf=clip_range_vf)  # fmt: skip
 
 
-def make_robopt(env_id: str, num_envs: int, seed: int, normalized: bool):
+def make_robopt(env_id: str, num_envs: int, seed: int, normalized: bool, compile_step: bool = False):
     from robopt.config import ExperimentConfig, build_dataclass
     from robopt.runner import build_loop
 
     algo = {"name": "ppo", "learning_rate": 3e-4, "lr_schedule": "constant", "epochs": 10, "minibatch_size": 64,
             "ratio": {"name": "clip", "clip_low": 0.2}, "value_coef": 1.0, "max_grad_norm": 0.5,
-            "minibatch_advantage_norm": True, "value_clip": VALUE_CLIP if normalized else 0.0}  # fmt: skip
+            "minibatch_advantage_norm": True, "value_clip": VALUE_CLIP if normalized else 0.0,
+            "compile": compile_step}  # fmt: skip
     config = build_dataclass(
         ExperimentConfig,
         {
@@ -106,9 +107,13 @@ def evaluate_robopt(loop, env_id: str, seed: int) -> float:
     return evaluate_policy(loop.policy, env, 10, seed=seed).mean_return
 
 
-def run_seed(env_id: str, steps: int, num_envs: int, seed: int, normalized: bool) -> dict[str, tuple]:
-    """Interleaved training of both for ``steps`` env steps; (wall steps/s, CPU steps/s, return) per library."""
-    sb3, loop = make_sb3(env_id, num_envs, seed, normalized), make_robopt(env_id, num_envs, seed, normalized)
+def run_seed(env_id: str, steps: int, num_envs: int, seed: int, normalized: bool, compile_step: bool) -> dict:
+    """Interleaved training of both for ``steps`` env steps; (wall steps/s, CPU steps/s, return) per library.
+
+    With ``compile_step`` robopt's clock includes compiling its update step (first iteration).
+    """
+    sb3 = make_sb3(env_id, num_envs, seed, normalized)
+    loop = make_robopt(env_id, num_envs, seed, normalized, compile_step)
     clocks = {"sb3": Clock(), "robopt": Clock()}
     per_iteration = NUM_STEPS * num_envs
     iterations = max(1, steps // per_iteration)
@@ -130,14 +135,16 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--env", default="HalfCheetah-v5", help="Gymnasium id")
     parser.add_argument("--normalized", action="store_true", help="obs/reward normalization and value clipping")
+    parser.add_argument("--compile", action="store_true", help="robopt with algo.compile=true (compile time counted)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows: dict[str, list[tuple[float, float, float]]] = {"sb3": [], "robopt": []}
     for seed in args.seeds:
-        for name, row in run_seed(args.env, args.steps, args.num_envs, seed, args.normalized).items():
+        for name, row in run_seed(args.env, args.steps, args.num_envs, seed, args.normalized, args.compile).items():
             rows[name].append(row)
             print(f"seed {seed}: {name:7s} {row[0]:7.0f} steps/s wall, {row[1]:7.0f} per CPU-s, return {row[2]:8.1f}")
     mode = "normalized (VecNormalize, value clip 0.2)" if args.normalized else "SB3 defaults"
+    mode += ", robopt compiled step" if args.compile else ""
     print(f"\nPPO on {args.env}, {args.steps} steps, {args.num_envs} env(s), seeds {args.seeds}, {mode}")
     print(f"{'':8s} {'steps/s (wall)':>15s} {'steps/CPU-s':>12s} {'deterministic return':>26s}")
     for name, values in rows.items():
