@@ -19,6 +19,7 @@ reported as "not reached" with its best return, so the ratio is then a lower bou
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from dataclasses import dataclass
@@ -67,15 +68,16 @@ def sb3_trainer(seed: int):
     return train, evaluate, 512
 
 
-def robopt_trainer(seed: int):
-    """(train_one_iteration, evaluate, steps_per_iteration) for robopt's fast config."""
+def robopt_trainer(seed: int, overrides: tuple[str, ...] = ()):
+    """(train_one_iteration, evaluate, steps_per_iteration) for robopt's fast config (with ``key=value`` overrides)."""
     from robopt.config import load_config
     from robopt.envs import make_env
     from robopt.evaluation import evaluate_policy
     from robopt.runner import build_loop
 
-    loop = build_loop(load_config(CONFIG, [f"seed={seed}"]))
-    total = load_config(CONFIG).total_steps
+    config = load_config(CONFIG, [*overrides, f"seed={seed}"])
+    loop = build_loop(config)
+    total = config.total_steps
 
     def train() -> None:
         loop.iteration(progress=loop.env_steps / total)
@@ -108,9 +110,9 @@ def time_to_return(make, seed: int, args) -> Outcome:
     return Outcome(None, None, best, seconds, steps)
 
 
-def final_return(seed: int, steps: int, episodes: int) -> tuple[float, float]:
+def final_return(seed: int, steps: int, episodes: int, overrides: tuple[str, ...]) -> tuple[float, float]:
     """robopt's fast config trained for ``steps``: (deterministic return, training seconds)."""
-    train, evaluate, per_iteration = robopt_trainer(seed)
+    train, evaluate, per_iteration = robopt_trainer(seed, overrides)
     start = time.perf_counter()
     for _ in range(steps // per_iteration):
         train()
@@ -128,9 +130,10 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=1_000_000)
     parser.add_argument("--only", choices=("robopt", "sb3"), default=None)
     parser.add_argument("--final-steps", type=int, default=0, help="also train robopt this long and evaluate it")
+    parser.add_argument("--override", nargs="*", default=[], help="key=value overrides of robopt's config")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    makers = {"robopt": robopt_trainer, "sb3": sb3_trainer}
+    makers = {"robopt": functools.partial(robopt_trainer, overrides=tuple(args.override)), "sb3": sb3_trainer}
     names = [args.only] if args.only else ["robopt", "sb3"]
     outcomes: dict[str, list[Outcome]] = {name: [] for name in names}
     for seed in args.seeds:
@@ -153,7 +156,7 @@ def main() -> None:
         print(f"SB3 time / robopt time: {ratio:.1f}x{bound}")
     if args.final_steps:
         for seed in args.seeds:
-            value, seconds = final_return(seed, args.final_steps, 10)
+            value, seconds = final_return(seed, args.final_steps, 10, tuple(args.override))
             print(f"seed {seed}: robopt return after {args.final_steps} steps: {value:.1f} (trained {seconds:.0f} s)")
 
 
