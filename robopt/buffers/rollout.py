@@ -41,19 +41,6 @@ class RolloutBatch:
             truncated=self.truncated[indices],
         )
 
-    def slice(self, start: int, stop: int) -> RolloutBatch:
-        """Rows ``start:stop`` as views (no copy)."""
-        return RolloutBatch(
-            obs=self.obs[start:stop],
-            action=self.action[start:stop],
-            policy_info={k: v[start:stop] for k, v in self.policy_info.items()},
-            value=self.value[start:stop],
-            advantage=self.advantage[start:stop],
-            return_target=self.return_target[start:stop],
-            terminated=self.terminated[start:stop],
-            truncated=self.truncated[start:stop],
-        )
-
     def split(self, size: int) -> list[RolloutBatch]:
         """Consecutive blocks of ``size`` rows (the last one may be smaller) as views.
 
