@@ -1,4 +1,4 @@
-"""The ``robopt`` command: train, eval, plot, list. Bad input exits with code 2 and one line, no traceback."""
+"""The ``robopt`` command: train, eval, plot, collect, list. Bad input exits with code 2 and one line, no traceback."""
 
 from __future__ import annotations
 
@@ -114,6 +114,38 @@ def plot(
     typer.echo(f"wrote {out} ({', '.join(f'{name}: {n} run(s)' for name, n in groups.items())})")
 
 
+@app.command()
+def collect(
+    run_dir: Path | None = typer.Argument(None, help="run directory whose deterministic policy acts (or --expert)"),
+    episodes: int | None = typer.Option(None, "--episodes", help="number of whole episodes to record"),
+    out: str | None = typer.Option(None, "--out", help="dataset name, e.g. pendulum/ppo (-v0 is added if no -vN)"),
+    expert: str | None = typer.Option(None, "--expert", help="record the scripted expert of this env id instead"),
+    action_noise: float = typer.Option(0.0, "--action-noise", help="Gaussian noise std, fraction of half the range"),
+    force: bool = typer.Option(False, "--force", help="replace an existing dataset of that name"),
+    root: Path | None = typer.Option(None, "--root", help="datasets root (default $MINARI_DATASETS_PATH or ~/.minari)"),
+    seed: int = typer.Option(0, "--seed", help="env reset and action noise seed"),
+    envs: int | None = typer.Option(None, "--envs", help="parallel envs (default min(episodes, 16))"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="no live progress bar"),
+) -> None:
+    """Record demonstrations of a trained run (or a scripted expert) as a Minari dataset."""
+    from robopt.data.collect import collect as collect_demonstrations
+
+    if episodes is None:
+        _fail("missing --episodes N (the number of episodes to record)")
+    if out is None:
+        _fail("missing --out NAME (the dataset name, e.g. pendulum/expert)")
+    try:
+        result = collect_demonstrations(
+            out, episodes, run_dir=run_dir, expert=expert, action_noise=action_noise, root=root, force=force,
+            seed=seed, num_envs=envs, progress=not no_progress,
+        )  # fmt: skip
+    except ConfigError as error:
+        _fail(str(error))
+    except KeyboardInterrupt:
+        _fail("stopped by user; no dataset was written", code=130)
+    typer.echo(result.summary())
+
+
 @app.command("list")
 def list_registered() -> None:
     """Registered envs, backends, policies and algorithms."""
@@ -122,7 +154,7 @@ def list_registered() -> None:
     from robopt.policies import POLICIES
 
     typer.echo("algorithms: " + ", ".join(f"{k} ({v.summary})" for k, v in sorted(ALGORITHMS.items())))
-    typer.echo("policies:   " + ", ".join(sorted(POLICIES)))
+    typer.echo("policies:   " + ", ".join(f"{k} ({v.summary})" for k, v in sorted(POLICIES.items())))
     typer.echo("backends:   " + ", ".join(BACKENDS))
     typer.echo("native envs: " + (", ".join(list_env_ids()) or "(none)"))
     typer.echo("gymnasium:  any registered Gymnasium id with Box spaces, e.g. HalfCheetah-v5, Hopper-v5, Pendulum-v1")

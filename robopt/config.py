@@ -35,13 +35,15 @@ def option(default: Any, doc: str, choices: tuple[str, ...] | None = None) -> An
 class EnvConfig:
     id: str = option("HalfCheetah-v5", "env id: a Gymnasium id (HalfCheetah-v5) or a native task (mujoco/HalfCheetah)")
     num_envs: int = option(1, "number of parallel environments N")
-    backend: str = option("auto", "simulation backend", ("auto", "gymnasium", "mujoco", "mujoco_warp"))
+    backend: str = option("auto", "simulation backend", ("auto", "gymnasium", "mujoco", "mujoco_warp", "torch"))
     kwargs: dict = option({}, "extra keyword arguments passed to the env constructor")
 
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    name: str = option("gaussian", "policy class", ("gaussian",))
+    """The Gaussian policy's section; ``policy.name`` picks another kind's dataclass (see POLICY_CONFIGS)."""
+
+    name: str = option("gaussian", "policy kind (gaussian, flow)", ("gaussian",))
     hidden: tuple[int, ...] = option((64, 64), "hidden layer widths of the mean network")
     activation: str = option("tanh", "hidden activation", ("tanh", "relu", "elu", "silu"))
     log_std_init: float = option(0.0, "initial log standard deviation of the Gaussian")
@@ -74,11 +76,17 @@ class LogConfig:
 
 
 ALGO_CONFIGS: dict[str, type] = {}
+POLICY_CONFIGS: dict[str, type] = {"gaussian": PolicyConfig}
 
 
 def register_algo_config(name: str, config_cls: type) -> None:
     """Map ``algo.name`` to its config dataclass (explicit registry, no import strings)."""
     ALGO_CONFIGS[name] = config_cls
+
+
+def register_policy_config(name: str, config_cls: type) -> None:
+    """Map ``policy.name`` to its config dataclass: each policy kind has its own fields (DESIGN.md section 7)."""
+    POLICY_CONFIGS[name] = config_cls
 
 
 @dataclass(frozen=True)
@@ -89,11 +97,19 @@ class ExperimentConfig:
     device: str = option("cpu", "torch device for policy, storage and (native) simulation")
     torch_threads: int = option(0, "torch intra-op threads (0: auto, 1 on CPU where small networks gain nothing)")
     env: EnvConfig = option(EnvConfig(), "environment")
-    policy: PolicyConfig = option(PolicyConfig(), "policy")
+    policy: Any = option(PolicyConfig(), "policy section; policy.name picks the kind (gaussian, flow)")
     critic: CriticConfig = option(CriticConfig(), "value critic")
     rollout: RolloutConfig = option(RolloutConfig(), "on-policy rollout and advantage estimation")
     algo: Any = option(None, "algorithm section; algo.name picks the algorithm")
     log: LogConfig = option(LogConfig(), "logging and checkpoints")
+    init_from: str = option("", "start from this run directory's policy (weights and normalizer; e.g. a BC run)")
+    critic_warmup: int = option(0, "with init_from: iterations that fit the fresh critic with the actor frozen")
+
+    def __post_init__(self) -> None:
+        if self.critic_warmup < 0:
+            raise ValueError(f"critic_warmup must be >= 0, got {self.critic_warmup}")
+        if self.critic_warmup > 0 and not self.init_from:
+            raise ValueError("critic_warmup needs init_from (a fresh policy has nothing to keep frozen)")
 
 
 def _type_name(tp: Any) -> str:
@@ -162,6 +178,8 @@ def build_dataclass(cls: type, data: dict | None, prefix: str = "") -> Any:
         key = f"{prefix}{name}"
         if cls is ExperimentConfig and name == "algo":
             values[name] = build_algo(data.get("algo"), key)
+        elif cls is ExperimentConfig and name == "policy":
+            values[name] = build_policy_section(data.get("policy"), key)
         elif dataclasses.is_dataclass(hints[name]):
             values[name] = build_dataclass(hints[name], data.get(name), f"{key}.")
         elif name in data:
@@ -181,6 +199,19 @@ def build_algo(data: dict | None, key: str = "algo") -> Any:
     if name not in ALGO_CONFIGS:
         raise ConfigError(f"{key}.name: unknown algorithm {name!r}; allowed: {', '.join(sorted(ALGO_CONFIGS))}")
     return build_dataclass(ALGO_CONFIGS[name], data, f"{key}.")
+
+
+def build_policy_section(data: dict | None, key: str = "policy") -> Any:
+    """The policy section: ``name`` picks the dataclass from ``POLICY_CONFIGS``."""
+    import robopt.policies  # noqa: F401  (registers the policy configs)
+
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{key}: expected a mapping, got {data!r}")
+    data = dict(data or {})
+    name = data.get("name", "gaussian")
+    if name not in POLICY_CONFIGS:
+        raise ConfigError(f"{key}.name: unknown policy {name!r}; allowed: {', '.join(sorted(POLICY_CONFIGS))}")
+    return build_dataclass(POLICY_CONFIGS[name], data, f"{key}.")
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:

@@ -42,12 +42,7 @@ def build_env(config: ExperimentConfig, num_envs: int | None = None, **extra):
 
 
 def build_policy(config: ExperimentConfig, env) -> torch.nn.Module:
-    p = config.policy
-    policy = POLICIES[p.name](
-        env.obs_dim, env.action_dim, env.action_low, env.action_high, hidden=p.hidden, activation=p.activation,
-        log_std_init=p.log_std_init, squash=p.squash, normalize_obs=p.normalize_obs, orthogonal_init=p.orthogonal_init,
-    )  # fmt: skip
-    return policy.to(config.device)
+    return POLICIES[config.policy.name].build(config.policy, env).to(config.device)
 
 
 def build_critic(config: ExperimentConfig, env) -> torch.nn.Module:

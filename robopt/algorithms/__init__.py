@@ -32,3 +32,7 @@ register_algorithm("ppo", AlgorithmSpec(PPOConfig, PPO, "on_policy", "PPO with a
 from robopt.algorithms.trpo import TRPO, TRPOConfig  # noqa: E402  (after the registry it registers into)
 
 register_algorithm("trpo", AlgorithmSpec(TRPOConfig, TRPO, "on_policy", "TRPO: natural gradient under a KL bound"))
+
+from robopt.algorithms.fpo import FPOConfig, build_fpo  # noqa: E402
+
+register_algorithm("fpo", AlgorithmSpec(FPOConfig, build_fpo, "on_policy", "FPO: PPO with a flow policy's CFM ratio"))

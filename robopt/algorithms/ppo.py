@@ -67,7 +67,9 @@ def ppo_loss(
     0.5 * mean (V - R)^2 (``robopt.core.losses.value_error``). ``with_metrics=False`` returns empty metrics.
     """
     log_ratio = policy.log_ratio(batch.obs, batch.action, batch.policy_info)  # [B, K]
-    kl = policy.kl(batch.obs, batch.policy_info) if control.name == "kl_penalty_adaptive" else None
+    kl = None  # the adaptive penalty's exact KL when the policy has one; k3 on the log-ratio otherwise (flow)
+    if control.name == "kl_penalty_adaptive" and isinstance(policy, SupportsKL):
+        kl = policy.kl(batch.obs, batch.policy_info)
     policy_loss, metrics = surrogate(log_ratio, batch.advantage, control, kl=kl, with_metrics=with_metrics)
     value = critic(batch.obs)  # [B]
     squared_error = value_error(
@@ -124,8 +126,6 @@ class PPO:
     def __init__(self, config: PPOConfig, policy, critic) -> None:
         if config.entropy_coef > 0.0:
             require(policy, SupportsEntropy, "PPO with entropy_coef > 0", "the bonus needs the policy's entropy")
-        if config.ratio.name == "kl_penalty_adaptive":
-            require(policy, SupportsKL, "PPO with kl_penalty_adaptive", "the penalty needs KL(pi_old || pi_new)")
         self.config, self.policy, self.critic = config, policy, critic
         params = list(policy.parameters()) + list(critic.parameters())
         self.updater = FirstOrderUpdater(params, config.learning_rate, config.max_grad_norm)

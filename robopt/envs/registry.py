@@ -3,11 +3,13 @@
 Ids:
     ``mujoco/<Task>``: a native batched task (robopt.envs.tasks); runs on backend ``mujoco`` (CPU threads),
         ``mujoco_warp`` (GPU) or ``gymnasium`` (the matching Gymnasium v5 env, for parity and comparison).
+    ``robopt/<Name>``: a torch-native batched task (``robopt.envs.multigoal``...); runs only on backend ``torch``.
     Any Gymnasium id (``HalfCheetah-v5``, ``Pendulum-v1``...): backend ``gymnasium``.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,7 +17,7 @@ import torch
 
 from robopt.core.protocols import VecEnv
 
-BACKENDS = ("auto", "gymnasium", "mujoco", "mujoco_warp")
+BACKENDS = ("auto", "gymnasium", "mujoco", "mujoco_warp", "torch")
 
 
 @dataclass(frozen=True)
@@ -28,11 +30,24 @@ class NativeTask:
 
 
 NATIVE_TASKS: dict[str, NativeTask] = {}
+TORCH_TASKS: dict[str, Callable[..., VecEnv]] = {}
+"""``robopt/<Name>`` -> ``factory(num_envs, device, **kw)``; filled by the modules in ``TORCH_TASK_MODULES``."""
+TORCH_TASK_MODULES = ("robopt.envs.multigoal",)
 
 
 def register_native_task(task: NativeTask) -> None:
     """Add a native task under ``mujoco/<name>``."""
     NATIVE_TASKS[f"mujoco/{task.name}"] = task
+
+
+def register_torch_task(name: str, factory: Callable[..., VecEnv]) -> None:
+    """Add a torch-native task under ``robopt/<name>``."""
+    TORCH_TASKS[f"robopt/{name}"] = factory
+
+
+def _ensure_torch_tasks_loaded() -> None:
+    for module in TORCH_TASK_MODULES:
+        importlib.import_module(module)
 
 
 def _ensure_native_tasks_loaded() -> None:
@@ -44,15 +59,18 @@ def _ensure_native_tasks_loaded() -> None:
 
 
 def list_env_ids() -> list[str]:
-    """Registered native ids (Gymnasium ids are open-ended and not listed)."""
+    """Registered native and torch-native ids (Gymnasium ids are open-ended and not listed)."""
     _ensure_native_tasks_loaded()
-    return sorted(NATIVE_TASKS)
+    _ensure_torch_tasks_loaded()
+    return sorted([*NATIVE_TASKS, *TORCH_TASKS])
 
 
 def resolve_backend(env_id: str, backend: str, device: str | torch.device, num_envs: int, has_options: bool) -> str:
     """The backend ``make_env`` uses for these arguments (``auto`` resolved); a bad id or backend is a ValueError."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown env backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    if env_id.startswith("robopt/"):
+        return _torch_backend(env_id, backend)
     if not env_id.startswith("mujoco/"):
         return "gymnasium" if backend == "auto" else backend
     _ensure_native_tasks_loaded()
@@ -65,7 +83,12 @@ def resolve_backend(env_id: str, backend: str, device: str | torch.device, num_e
 
 
 def gymnasium_twin(env_id: str) -> str:
-    """The Gymnasium id that a native ``mujoco/<Task>`` id reproduces; any other id unchanged."""
+    """The Gymnasium id that a native ``mujoco/<Task>`` id reproduces; any other id unchanged.
+
+    A torch-native ``robopt/<Name>`` id has no Gymnasium twin: ValueError.
+    """
+    if env_id.startswith("robopt/"):
+        raise ValueError(f"{env_id} is a torch-native task with no Gymnasium twin; use backend 'torch'")
     if not env_id.startswith("mujoco/"):
         return env_id
     _ensure_native_tasks_loaded()
@@ -77,6 +100,8 @@ def gymnasium_twin(env_id: str) -> str:
 def make_env(env_id: str, num_envs: int, backend: str = "auto", device: str | torch.device = "cpu", **kwargs) -> VecEnv:
     """Build a VecEnv. ``backend='auto'`` picks the fastest backend present for the id."""
     backend = resolve_backend(env_id, backend, device, num_envs, bool(kwargs))
+    if env_id.startswith("robopt/"):
+        return TORCH_TASKS[env_id](num_envs=num_envs, device=device, **kwargs)
     if env_id.startswith("mujoco/"):
         task = NATIVE_TASKS[env_id]
         if backend == "gymnasium":
@@ -93,6 +118,16 @@ def make_env(env_id: str, num_envs: int, backend: str = "auto", device: str | to
     from robopt.envs.gymnasium_env import GymnasiumVecEnv
 
     return GymnasiumVecEnv(env_id, num_envs, device=device, **kwargs)
+
+
+def _torch_backend(env_id: str, backend: str) -> str:
+    """``torch`` for a registered ``robopt/<Name>`` id asked for ``auto`` or ``torch``; anything else a ValueError."""
+    _ensure_torch_tasks_loaded()
+    if env_id not in TORCH_TASKS:
+        raise ValueError(f"unknown torch-native task {env_id!r}; allowed: {', '.join(sorted(TORCH_TASKS))}")
+    if backend not in ("auto", "torch"):
+        raise ValueError(f"{env_id} is a torch-native task; allowed backends: auto, torch (not {backend!r})")
+    return "torch"
 
 
 # Below this many envs on CPU the native backend's fixed per-step torch work outweighs its batching

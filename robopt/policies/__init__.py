@@ -1,8 +1,43 @@
-"""Policies (Gaussian; diffusion and flow later) and critics."""
+"""Policies (Gaussian, flow; diffusion later) and critics, with an explicit registry of policy kinds.
 
+``POLICIES`` maps ``policy.name`` to a ``PolicySpec``: the kind's config dataclass (registered with
+``robopt.config`` so ``policy.name: flow`` reads the flow fields) and ``build(policy_config, env) -> policy``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from robopt.config import PolicyConfig, register_policy_config
 from robopt.policies.critics import ValueCritic
+from robopt.policies.flow import FlowPolicy, FlowPolicyConfig, build_flow_policy
 from robopt.policies.gaussian import GaussianPolicy
 
-POLICIES = {"gaussian": GaussianPolicy}
 
-__all__ = ["POLICIES", "GaussianPolicy", "ValueCritic"]
+@dataclass(frozen=True)
+class PolicySpec:
+    config_cls: type
+    build: Callable
+    summary: str
+
+
+def build_gaussian_policy(p: PolicyConfig, env) -> GaussianPolicy:
+    return GaussianPolicy(
+        env.obs_dim, env.action_dim, env.action_low, env.action_high, hidden=p.hidden, activation=p.activation,
+        log_std_init=p.log_std_init, squash=p.squash, normalize_obs=p.normalize_obs, orthogonal_init=p.orthogonal_init,
+    )  # fmt: skip
+
+
+POLICIES: dict[str, PolicySpec] = {}
+
+
+def register_policy(name: str, spec: PolicySpec) -> None:
+    POLICIES[name] = spec
+    register_policy_config(name, spec.config_cls)
+
+
+register_policy("gaussian", PolicySpec(PolicyConfig, build_gaussian_policy, "diagonal Gaussian (optionally squashed)"))
+register_policy("flow", PolicySpec(FlowPolicyConfig, build_flow_policy, "flow matching, integrated from noise"))
+
+__all__ = ["POLICIES", "FlowPolicy", "GaussianPolicy", "PolicySpec", "ValueCritic", "register_policy"]

@@ -1,0 +1,112 @@
+"""``robopt collect``: record a trained run's deterministic policy (or a scripted expert) as a Minari dataset.
+
+Every check that can fail (counts, dataset name, an existing dataset, Minari installed, run directory, expert id)
+runs before the first env step, so bad input costs nothing and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robopt.config import ConfigError
+from robopt.data.demonstrations import check_can_write, normalize_dataset_id, require_minari, write_dataset
+from robopt.data.recording import record_episodes
+
+MAX_DEFAULT_ENVS = 16
+
+
+@dataclass(frozen=True)
+class CollectResult:
+    path: Path
+    episodes: int
+    transitions: int
+    mean_return: float
+    std_return: float
+
+    def summary(self) -> str:
+        return (f"wrote {self.path}: {self.episodes} episodes, {self.transitions} transitions, "
+                f"return {self.mean_return:.1f} +- {self.std_return:.1f}")  # fmt: skip
+
+
+def collect(
+    out: str,
+    episodes: int,
+    run_dir: Path | None = None,
+    expert: str | None = None,
+    action_noise: float = 0.0,
+    root: str | Path | None = None,
+    force: bool = False,
+    seed: int = 0,
+    num_envs: int | None = None,
+    progress: bool = True,
+) -> CollectResult:
+    """Record ``episodes`` episodes of a run's policy (``run_dir``) or of a scripted ``expert`` into ``out``."""
+    if (run_dir is None) == (expert is None):
+        raise ConfigError("give either RUN_DIR (a trained run) or --expert ENV_ID, not both or neither")
+    if episodes < 1:
+        raise ConfigError(f"--episodes must be at least 1, got {episodes}")
+    if not action_noise >= 0.0:
+        raise ConfigError(f"--action-noise must be at least 0, got {action_noise}")
+    num_envs = min(episodes, MAX_DEFAULT_ENVS) if num_envs is None else num_envs
+    if num_envs < 1:
+        raise ConfigError(f"--envs must be at least 1, got {num_envs}")
+    dataset_id = normalize_dataset_id(out)
+    check_can_write(dataset_id, root, force)
+    require_minari()
+    if run_dir is not None:
+        env, act_fn, metadata = _from_run(Path(run_dir), num_envs)
+    else:
+        env, act_fn, metadata = _from_expert(expert, num_envs, seed)
+    metadata.update(action_noise=action_noise, seed=seed, episodes=episodes)
+    try:
+        recorded = record_episodes(env, act_fn, episodes, action_noise=action_noise, seed=seed, progress=progress)
+        path = write_dataset(
+            dataset_id, recorded, env.env_id, env.obs_dim, env.action_dim, env.action_low, env.action_high,
+            root=root, force=force, metadata=metadata,
+        )  # fmt: skip
+    finally:
+        env.close()
+    returns = np.array([e.episode_return for e in recorded])
+    transitions = sum(e.length for e in recorded)
+    return CollectResult(path, len(recorded), transitions, float(returns.mean()), float(returns.std()))
+
+
+def _from_run(run_dir: Path, num_envs: int) -> tuple[object, Callable, dict]:
+    """The run's env (its own config, ``num_envs`` rows) and its policy's deterministic action."""
+    from robopt.config import config_to_dict
+    from robopt.evaluation import load_policy
+    from robopt.runner import build_env
+
+    if not run_dir.is_dir():
+        raise ConfigError(f"run directory {str(run_dir)!r} not found")
+    config, policy = load_policy(run_dir)
+    env = build_env(config, num_envs=num_envs)
+
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        return policy.act(obs, deterministic=True)[0]
+
+    algorithm = str(config_to_dict(config).get("algo", {}).get("name", "robopt"))
+    return env, act, {"source": "run", "run_dir": str(run_dir), "algorithm_name": algorithm}
+
+
+def _from_expert(env_id: str, num_envs: int, seed: int) -> tuple[object, Callable, dict]:
+    """A fresh env of ``env_id`` and its scripted expert from ``robopt.envs.experts.EXPERTS``."""
+    try:
+        from robopt.envs.experts import EXPERTS
+    except ImportError:
+        raise ConfigError("no scripted experts are available in this robopt (robopt.envs.experts is missing)") from None
+    if env_id not in EXPERTS:
+        available = ", ".join(sorted(EXPERTS)) or "(none)"
+        raise ConfigError(f"no scripted expert for env {env_id!r}; available: {available}")
+    from robopt.envs import make_env
+
+    try:
+        env = make_env(env_id, num_envs)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"--expert {env_id!r}: {error}") from None
+    return env, EXPERTS[env_id](env, seed), {"source": "expert", "algorithm_name": "scripted expert"}

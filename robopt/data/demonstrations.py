@@ -1,0 +1,390 @@
+"""Demonstrations as Minari datasets: write recorded episodes, read them back as flat transitions.
+
+Shapes: N envs, T steps of one episode, M transitions over all episodes, D obs dim, A action dim.
+
+On disk (Minari 0.5, HDF5): ``<root>/<dataset id>/data/{metadata.json, main_data.hdf5}`` where the root is the
+``root`` argument, else ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets``. An episode keeps T + 1
+observations (the final one included) and terminations apart from truncations. robopt ids (``mujoco/Hopper``,
+``robopt/MultiGoal``) are not Gymnasium ids, so the dataset has no ``env_spec``; robopt's id is stored in
+``metadata.json`` under ``robopt_env_id`` and the caller's metadata under ``robopt_metadata``.
+Minari is imported only inside the functions that need it, and only its local functions are called.
+``record_episodes`` (in ``robopt.data.recording``) is re-exported here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robopt.config import ConfigError
+from robopt.data.recording import Episode, record_episodes  # noqa: F401 (re-exported)
+
+MINARI_ROOT_VARIABLE = "MINARI_DATASETS_PATH"
+METADATA_FILE = "metadata.json"
+_SEGMENT = r"[A-Za-z0-9_][-A-Za-z0-9_]*"
+_DATASET_ID = re.compile(rf"(?:{_SEGMENT}/)*{_SEGMENT}-v\d+")  # Minari's (namespace/)name-vN
+_VERSION = re.compile(r"-v\d+$")
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """Where a dataset was read from and what it says about itself."""
+
+    path: Path  # the dataset directory (holding data/)
+    dataset_id: str
+    env_id: str  # robopt's env id; a foreign dataset's Gymnasium id; "" when unknown
+    metadata: dict = field(default_factory=dict)  # what the writer passed as ``metadata``
+
+
+@dataclass(frozen=True)
+class Demonstrations:
+    """All transitions of a dataset, flattened over episodes, as torch tensors on the CPU."""
+
+    obs: torch.Tensor  # [M, D] float32
+    action: torch.Tensor  # [M, A] float32
+    reward: torch.Tensor  # [M] float32
+    next_obs: torch.Tensor  # [M, D] float32 (the final observation at an episode's last step)
+    terminated: torch.Tensor  # [M] bool
+    truncated: torch.Tensor  # [M] bool
+    episode_index: torch.Tensor  # [M] int64
+    env_id: str
+    num_episodes: int
+    episode_returns: list[float]
+    path: Path
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def num_transitions(self) -> int:
+        return self.obs.shape[0]
+
+
+# ----------------------------------------------------------------------------------------------------- names
+
+
+def normalize_dataset_id(name: str) -> str:
+    """``halfcheetah/medium`` -> ``halfcheetah/medium-v0``; a malformed name is a one-line ConfigError."""
+    name = str(name).strip()
+    if not _VERSION.search(name):
+        name = f"{name}-v0"
+    namespace = name.rpartition("/")[0]
+    if not _DATASET_ID.fullmatch(name) or (namespace and len(namespace) < 2):
+        raise ConfigError(
+            f"bad dataset name {name!r}: expected [namespace/]name[-vN] of letters, digits, '-' and '_', with a "
+            "namespace of 2+ characters (e.g. pendulum/expert or pendulum/expert-v1)"
+        )
+    return name
+
+
+def datasets_root(root: str | Path | None = None) -> Path:
+    """``root``, else ``$MINARI_DATASETS_PATH``, else Minari's default ``~/.minari/datasets``; made absolute."""
+    if root is None:
+        root = os.environ.get(MINARI_ROOT_VARIABLE) or Path.home() / ".minari" / "datasets"
+    return Path(root).expanduser().absolute()
+
+
+def dataset_path(dataset_id: str, root: str | Path | None = None) -> Path:
+    """The directory of a dataset id under the root (whether it exists or not)."""
+    return datasets_root(root) / normalize_dataset_id(dataset_id)
+
+
+def check_can_write(dataset_id: str, root: str | Path | None = None, force: bool = False) -> Path:
+    """The target directory; ConfigError when it exists (without ``force``) or holds something else."""
+    target = dataset_path(dataset_id, root)
+    if target.exists() or target.is_symlink():
+        if not force:
+            raise ConfigError(f"dataset {str(target)!r} already exists; use --force to replace it")
+        if not (target / "data" / METADATA_FILE).is_file():
+            raise ConfigError(f"{str(target)!r} exists and is not a Minari dataset; not replacing it even with --force")
+    return target
+
+
+def require_minari():
+    """The ``minari`` module, or a one-line ConfigError naming the extra to install."""
+    try:
+        import minari
+    except ImportError:
+        raise ConfigError("demonstrations need Minari, which is not installed: pip install 'robopt[data]'") from None
+    return minari
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+# ---------------------------------------------------------------------------------------------------- write
+
+
+def write_dataset(
+    dataset_id: str,
+    episodes: list[Episode],
+    env_id: str,
+    obs_dim: int,
+    action_dim: int,
+    action_low,
+    action_high,
+    root: str | Path | None = None,
+    force: bool = False,
+    metadata: dict | None = None,
+) -> Path:
+    """Write ``episodes`` as the Minari dataset ``dataset_id`` under the root; returns its directory.
+
+    Everything is checked first, then written into a hidden staging directory in the root and moved into
+    place, so an error leaves no partial dataset; with ``force`` an existing dataset is replaced.
+    ``metadata`` (JSON-serializable) is stored as ``robopt_metadata``; its ``algorithm_name``, if any, also fills
+    Minari's own ``algorithm_name`` field.
+    """
+    dataset_id = normalize_dataset_id(dataset_id)
+    target = check_can_write(dataset_id, root, force)
+    low = _bounds(action_low, action_dim, "action_low")
+    high = _bounds(action_high, action_dim, "action_high")
+    _check_episodes(episodes, obs_dim, action_dim)
+    if not isinstance(env_id, str) or not env_id:
+        raise ConfigError(f"env_id must be a non-empty string, got {env_id!r}")
+    extra = dict(metadata or {})
+    try:
+        json.dumps(extra)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"dataset metadata must be JSON-serializable: {_first_line(error)}") from None
+    minari = require_minari()
+    root_dir = datasets_root(root)
+    try:
+        root_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".robopt-staging-", dir=root_dir))
+    except OSError as error:
+        raise ConfigError(f"cannot write datasets under {str(root_dir)!r}: {_first_line(error)}") from None
+    try:
+        _write_minari(minari, staging, dataset_id, episodes, env_id, obs_dim, low, high, extra)
+        _copy_namespace_markers(staging, root_dir, dataset_id)
+        _move_into_place(staging / dataset_id, target, staging / "replaced", force)
+    except OSError as error:
+        raise ConfigError(f"cannot write dataset {str(target)!r}: {_first_line(error)}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _bounds(values, action_dim: int, name: str) -> np.ndarray:
+    """Action bounds as float32 [A] (a scalar is broadcast); ConfigError for any other shape."""
+    array = np.asarray(values.detach().cpu() if isinstance(values, torch.Tensor) else values, dtype=np.float32)
+    if array.ndim == 0:
+        array = np.full(action_dim, array, dtype=np.float32)
+    if array.shape != (action_dim,):
+        raise ConfigError(f"{name} must have {action_dim} entries (one per action), got shape {tuple(array.shape)}")
+    return array
+
+
+def _check_episodes(episodes: list[Episode], obs_dim: int, action_dim: int) -> None:
+    if not episodes:
+        raise ConfigError("no episodes to write (a dataset needs at least one)")
+    for index, episode in enumerate(episodes):
+        steps = len(np.asarray(episode.rewards))
+        shapes = [np.shape(a) for a in (episode.observations, episode.actions, episode.rewards,
+                                        episode.terminations, episode.truncations)]  # fmt: skip
+        expected = [(steps + 1, obs_dim), (steps, action_dim), (steps,), (steps,), (steps,)]
+        if steps < 1 or shapes != expected:
+            raise ConfigError(
+                f"episode {index}: expected observations, actions, rewards, terminations, truncations of shapes "
+                f"{expected} (T >= 1, observations include the final one), got {shapes}"
+            )
+
+
+def _write_minari(minari, staging: Path, dataset_id: str, episodes, env_id, obs_dim, low, high, extra) -> None:
+    """``minari.create_dataset_from_buffers`` into ``staging`` (its root for the call), then robopt's metadata."""
+    from gymnasium.spaces import Box
+    from minari.data_collector import EpisodeBuffer
+
+    buffers = [
+        EpisodeBuffer(
+            observations=np.asarray(e.observations, dtype=np.float32),
+            actions=np.asarray(e.actions, np.float32),
+            rewards=np.asarray(e.rewards, np.float32),
+            terminations=np.asarray(e.terminations, bool),
+            truncations=np.asarray(e.truncations, bool),
+        )
+        for e in episodes
+    ]
+    obs_space = Box(-np.inf, np.inf, (obs_dim,), np.float32)
+    action_space = Box(low, high, (len(low),), np.float32)
+    description = f"robopt demonstrations on {env_id}: {len(episodes)} episodes"
+    with _minari_root(staging), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Minari warns about every optional field left empty (email, permalink...)
+        written = minari.create_dataset_from_buffers(
+            dataset_id, buffers, algorithm_name=str(extra.get("algorithm_name", "robopt")), author="robopt",
+            description=description, observation_space=obs_space, action_space=action_space, data_format="hdf5",
+        )  # fmt: skip
+        written.storage.update_metadata({"robopt_env_id": env_id, "robopt_metadata": extra})
+
+
+@contextlib.contextmanager
+def _minari_root(path: Path) -> Iterator[None]:
+    """``$MINARI_DATASETS_PATH`` set to ``path`` for the duration of a Minari call, then restored."""
+    previous = os.environ.get(MINARI_ROOT_VARIABLE)
+    os.environ[MINARI_ROOT_VARIABLE] = str(path)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(MINARI_ROOT_VARIABLE, None)
+        else:
+            os.environ[MINARI_ROOT_VARIABLE] = previous
+
+
+def _copy_namespace_markers(staging: Path, root_dir: Path, dataset_id: str) -> None:
+    """Minari marks each namespace directory with ``namespace_metadata.json``; add the missing ones to the root."""
+    parts = dataset_id.split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+        relative = Path(*parts[:depth]) / "namespace_metadata.json"
+        if (staging / relative).is_file() and not (root_dir / relative).exists():
+            (root_dir / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(staging / relative, root_dir / relative)
+
+
+def _move_into_place(new: Path, target: Path, backup: Path, force: bool) -> None:
+    """Rename the staged dataset onto ``target``; an old one (``force``) is moved aside first and restored on error."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not (target.exists() or target.is_symlink()):
+        new.rename(target)
+        return
+    if not force:  # appeared while this dataset was being written
+        raise ConfigError(f"dataset {str(target)!r} already exists; use --force to replace it")
+    target.rename(backup)
+    try:
+        new.rename(target)
+    except OSError:
+        backup.rename(target)
+        raise
+
+
+# ----------------------------------------------------------------------------------------------------- read
+
+
+def read_episodes(dataset: str | Path, root: str | Path | None = None) -> tuple[list[Episode], DatasetInfo]:
+    """The episodes of a dataset (a Minari id under the root, or a dataset directory) and what it says about itself."""
+    path = _resolve_for_reading(dataset, root)
+    data_dir = path / "data" if (path / "data").is_dir() else path
+    if not (data_dir / METADATA_FILE).is_file():
+        raise ConfigError(f"{str(path)!r} is not a Minari dataset (expected data/{METADATA_FILE} and the episode file)")
+    minari = require_minari()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            source = minari.MinariDataset(data_dir)
+            raw_metadata = source.storage.metadata
+            raw = [(e.observations, e.actions, e.rewards, e.terminations, e.truncations) for e in source]
+            env_spec = source.env_spec
+    except Exception as error:  # h5py, json and Minari raise many types for a damaged dataset: report one line
+        raise ConfigError(
+            f"dataset {str(path)!r} could not be read as a Minari dataset ({_first_line(error)})"
+        ) from None
+    episodes = [_checked_episode(path, index, *arrays) for index, arrays in enumerate(raw)]
+    if not episodes:
+        raise ConfigError(f"dataset {str(path)!r} holds no episodes")
+    sizes = {(e.observations.shape[1], e.actions.shape[1]) for e in episodes}
+    if len(sizes) > 1:
+        raise ConfigError(f"dataset {str(path)!r} mixes observation/action sizes {sorted(sizes)}")
+    env_id = raw_metadata.get("robopt_env_id") or (env_spec.id if env_spec is not None else "")
+    extra = raw_metadata.get("robopt_metadata") or {}
+    return episodes, DatasetInfo(path, str(raw_metadata.get("dataset_id", "")), str(env_id), dict(extra))
+
+
+def _resolve_for_reading(dataset: str | Path, root: str | Path | None) -> Path:
+    """A dataset id under the root (preferred), else an existing directory; ConfigError when neither exists."""
+    name = str(dataset)
+    if not isinstance(dataset, Path) and _DATASET_ID.fullmatch(name if _VERSION.search(name) else f"{name}-v0"):
+        path = dataset_path(name, root)
+        if path.is_dir():
+            return path
+        if not Path(name).expanduser().is_dir():
+            raise ConfigError(
+                f"dataset {normalize_dataset_id(name)!r} not found: no Minari dataset at {str(path)!r} "
+                "(record one with `robopt collect`, or give the dataset directory)"
+            )
+    path = Path(dataset).expanduser()
+    if not path.is_dir():
+        raise ConfigError(f"dataset {name!r} not found: no directory at {str(path)!r} (expected a Minari dataset)")
+    return path
+
+
+def _checked_episode(path: Path, index: int, observations, actions, rewards, terminations, truncations) -> Episode:
+    """The stored arrays as an Episode; ConfigError naming the episode when their shapes do not fit together."""
+    if not all(isinstance(a, np.ndarray) and a.ndim == 2 for a in (observations, actions)):
+        raise ConfigError(
+            f"dataset {str(path)!r}: episode {index} does not hold flat Box observations and actions "
+            "(robopt reads [T+1, D] observations and [T, A] actions only)"
+        )
+    steps = len(rewards)
+    lengths = (len(observations), len(actions), len(terminations), len(truncations))
+    if steps < 1 or lengths != (steps + 1, steps, steps, steps):
+        raise ConfigError(
+            f"dataset {str(path)!r} is corrupted: episode {index} has {len(observations)} observations, "
+            f"{len(actions)} actions and {steps} rewards (expected T + 1, T and T with T >= 1)"
+        )
+    return Episode(
+        observations=observations.astype(np.float32, copy=False), actions=actions.astype(np.float32, copy=False),
+        rewards=np.asarray(rewards, dtype=np.float32), terminations=np.asarray(terminations, dtype=bool),
+        truncations=np.asarray(truncations, dtype=bool),
+    )  # fmt: skip
+
+
+def load_demonstrations(dataset: str | Path, root: str | Path | None = None) -> Demonstrations:
+    """All transitions of a dataset (Minari id under the root, or a dataset directory) as flat float32 tensors."""
+    episodes, info = read_episodes(dataset, root)
+    lengths = [e.length for e in episodes]
+
+    def stack(arrays: list[np.ndarray]) -> torch.Tensor:
+        return torch.from_numpy(np.concatenate(arrays))
+
+    return Demonstrations(
+        obs=stack([e.observations[:-1] for e in episodes]),
+        action=stack([e.actions for e in episodes]),
+        reward=stack([e.rewards for e in episodes]),
+        next_obs=stack([e.observations[1:] for e in episodes]),
+        terminated=stack([e.terminations for e in episodes]),
+        truncated=stack([e.truncations for e in episodes]),
+        episode_index=torch.repeat_interleave(torch.arange(len(episodes)), torch.tensor(lengths)),
+        env_id=info.env_id,
+        num_episodes=len(episodes),
+        episode_returns=[e.episode_return for e in episodes],
+        path=info.path,
+        metadata=info.metadata,
+    )
+
+
+def check_compatible(demos: Demonstrations, env_id: str, obs_dim: int, action_dim: int) -> None:
+    """ConfigError unless the demonstrations fit an env: same observation and action sizes, same task.
+
+    ``mujoco/<Task>`` and its Gymnasium twin (``mujoco/Hopper`` and ``Hopper-v5``) count as the same task; a
+    dataset without an env id (foreign, no env spec) is checked on sizes only.
+    """
+    sizes = (demos.obs.shape[1], demos.action.shape[1])
+    if sizes != (obs_dim, action_dim):
+        raise ConfigError(
+            f"demonstrations {str(demos.path)!r} have observation size {sizes[0]} and action size {sizes[1]}, "
+            f"but env {env_id!r} has observation size {obs_dim} and action size {action_dim}"
+        )
+    if demos.env_id and _task_key(demos.env_id) != _task_key(env_id):
+        raise ConfigError(
+            f"demonstrations {str(demos.path)!r} were recorded on env {demos.env_id!r}, not {env_id!r} "
+            "(the sizes match but the tasks differ)"
+        )
+
+
+def _task_key(env_id: str) -> str:
+    from robopt.envs.registry import gymnasium_twin
+
+    try:
+        return gymnasium_twin(env_id)
+    except ValueError:  # torch-native ids and unknown native ids compare by name
+        return env_id
