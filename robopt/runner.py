@@ -68,15 +68,66 @@ def resolve_torch_threads(config: ExperimentConfig) -> tuple[int, str]:
     return torch.get_num_threads(), "auto: torch default beside a GPU"
 
 
-def build_loop(config: ExperimentConfig) -> OnPolicyLoop:
-    """Seeded env, policy, critic, algorithm and loop for an on-policy config."""
+def build_loop(config: ExperimentConfig, initialize: bool = False):
+    """Seeded env, policy, algorithm and the loop of the algorithm's kind (on-policy or pretrain).
+
+    ``initialize`` loads ``config.init_from``'s policy before the algorithm is built (a new run, not a resume).
+    """
     seed_everything(config.seed)
     torch.set_num_threads(resolve_torch_threads(config)[0])
     env = build_env(config)
-    policy, critic = build_policy(config, env), build_critic(config, env)
-    algo_name = config_to_dict(config)["algo"]["name"]
-    algorithm = ALGORITHMS[algo_name].build(config.algo, policy, critic)
-    return OnPolicyLoop(env, policy, critic, algorithm, config.rollout, seed=config.seed)
+    try:
+        policy = build_policy(config, env)
+        if initialize and config.init_from:
+            initialize_policy(policy, config)
+        spec = ALGORITHMS[config_to_dict(config)["algo"]["name"]]
+        if spec.kind == "pretrain":
+            return spec.build(config.algo, env, policy, seed=config.seed, env_id=config.env.id)
+        critic = build_critic(config, env)
+        algorithm = spec.build(config.algo, policy, critic)
+        return OnPolicyLoop(
+            env, policy, critic, algorithm, config.rollout, seed=config.seed, critic_warmup=config.critic_warmup
+        )
+    except BaseException:
+        env.close()
+        raise
+
+
+def same_task(first: str, second: str) -> bool:
+    """Whether two env ids name one task (a native ``mujoco/<Task>`` id and its Gymnasium twin do)."""
+    from robopt.envs.registry import gymnasium_twin
+
+    def canonical(env_id: str) -> str:
+        return gymnasium_twin(env_id) if env_id.startswith("mujoco/") else env_id
+
+    try:
+        return canonical(first) == canonical(second)
+    except ValueError:
+        return first == second
+
+
+def initialize_policy(policy: torch.nn.Module, config: ExperimentConfig) -> None:
+    """Load ``config.init_from``'s policy (weights and normalizer) into ``policy``; mismatches are one-line errors."""
+    run_dir = Path(config.init_from)
+    source = load_run_config(run_dir) if (run_dir / "config.yaml").is_file() else None
+    if source is None or not (run_dir / LAST_CHECKPOINT).is_file():
+        raise ConfigError(f"init_from={str(run_dir)!r} is not a run directory with a checkpoint ({LAST_CHECKPOINT})")
+    if not same_task(source.env.id, config.env.id):
+        raise ConfigError(
+            f"init_from={str(run_dir)!r} was trained on {source.env.id}, this config runs {config.env.id}"
+        )
+    if source.policy.name != config.policy.name:
+        raise ConfigError(
+            f"init_from={str(run_dir)!r} holds a {source.policy.name} policy, this config a {config.policy.name} policy"
+        )
+    try:
+        state = load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"]["policy"]
+        policy.load_state_dict(state)
+    except (RuntimeError, KeyError, EOFError, OSError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(
+            f"init_from={str(run_dir)!r}: its policy does not fit this config's (policy sizes differ?): {first}"
+        ) from None
 
 
 def new_run_dir(config: ExperimentConfig) -> Path:
@@ -128,12 +179,12 @@ class _InterruptFlag:
             signal.signal(signal.SIGINT, self._previous)
 
 
-def _checkpoint_state(loop: OnPolicyLoop, config: ExperimentConfig, wall_time: float) -> dict:
+def _checkpoint_state(loop, config: ExperimentConfig, wall_time: float) -> dict:
     """What ``--resume`` needs; ``wall_time`` is the run's training time so far, so a resumed run's clock continues."""
     return {"loop": loop.state_dict(), "rng": rng_state(), "config": config_to_dict(config), "wall_time": wall_time}
 
 
-def _describe_start(config: ExperimentConfig, loop: OnPolicyLoop, run_dir: Path, resumed: bool) -> str:
+def _describe_start(config: ExperimentConfig, loop, run_dir: Path, resumed: bool) -> str:
     threads, why = resolve_torch_threads(config)
     env = loop.env
     backend = type(env).__name__ if not hasattr(env, "physics") else type(env.physics).__name__
@@ -154,7 +205,7 @@ def train(
 
     ``stop_at_iteration`` checkpoints and stops early (time-sliced jobs); ``--resume`` continues the run.
     """
-    loop = build_loop(config)
+    loop = build_loop(config, initialize=resume_dir is None)
     wall_time_before = 0.0  # training wall time of the run before this process (resumed runs)
     if resume_dir is not None:
         run_dir = Path(resume_dir)
@@ -172,7 +223,8 @@ def train(
     logger = RunLogger(run_dir, resume_at_step=loop.env_steps if resume_dir is not None else None)
     show_progress = config.log.progress if progress is None else progress
     print(_describe_start(config, loop, run_dir, resume_dir is not None), flush=True)
-    total_iterations = max(1, config.total_steps // loop.steps_per_iteration)
+    # A loop that knows its own length (behaviour cloning: epochs) says so; on-policy loops run total_steps.
+    total_iterations = getattr(loop, "total_iterations", None) or max(1, config.total_steps // loop.steps_per_iteration)
     last_return, stopped = None, False
     from robopt.progress import TrainingProgress
 
@@ -192,14 +244,19 @@ def train(
                 last_return = metrics.get("episode_return", last_return)
                 logger.log(loop.env_steps, metrics)
                 bar.update(loop.env_steps, metrics["steps_per_second"], last_return)
-                done = loop.iteration_count >= total_iterations or loop.iteration_count == stop_at_iteration
+                done = (
+                    loop.iteration_count >= total_iterations
+                    or loop.iteration_count == stop_at_iteration
+                    or getattr(loop, "finished", False)
+                )
                 if done or interrupt.requested or loop.iteration_count % config.log.checkpoint_every == 0:
                     save_checkpoint(run_dir / LAST_CHECKPOINT, _checkpoint_state(loop, config, metrics["wall_time"]))
                 if interrupt.requested:
                     stopped = True
                 if done or interrupt.requested:
                     break
-        if not stopped and loop.iteration_count >= total_iterations and config.log.eval_episodes > 0:
+        complete = loop.iteration_count >= total_iterations or getattr(loop, "finished", False)
+        if not stopped and complete and config.log.eval_episodes > 0:
             evaluation = final_evaluation(config, loop.policy, run_dir)
             logger.log_summary(
                 loop.env_steps, {"return": evaluation["mean_return"], "return_std": evaluation["std_return"]}

@@ -11,7 +11,11 @@ from robopt.config import register_algo_config
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
-    """``build(config, policy, critic) -> OnPolicyAlgorithm``; ``kind`` is 'on_policy' or 'off_policy'."""
+    """How the runner builds an algorithm; ``kind`` picks the loop (DESIGN.md section 7).
+
+    ``on_policy``: ``build(algo_config, policy, critic) -> OnPolicyAlgorithm`` plugged into ``OnPolicyLoop``.
+    ``pretrain``: ``build(algo_config, env, policy, seed, env_id) -> loop`` (the loop itself, e.g. behaviour cloning).
+    """
 
     config_cls: type
     build: Callable
@@ -36,3 +40,7 @@ register_algorithm("trpo", AlgorithmSpec(TRPOConfig, TRPO, "on_policy", "TRPO: n
 from robopt.algorithms.fpo import FPOConfig, build_fpo  # noqa: E402
 
 register_algorithm("fpo", AlgorithmSpec(FPOConfig, build_fpo, "on_policy", "FPO: PPO with a flow policy's CFM ratio"))
+
+from robopt.algorithms.bc import BCConfig, BehaviorCloningLoop  # noqa: E402
+
+register_algorithm("bc", AlgorithmSpec(BCConfig, BehaviorCloningLoop, "pretrain", "behaviour cloning from a dataset"))

@@ -46,8 +46,11 @@ class OnPolicyLoop:
         algorithm: OnPolicyAlgorithm,
         rollout: RolloutConfig,
         seed: int = 0,
+        critic_warmup: int = 0,
     ) -> None:
         self.env, self.policy, self.critic, self.algorithm, self.rollout = env, policy, critic, algorithm, rollout
+        self.critic_warmup = critic_warmup  # first iterations fit the critic only (a pretrained actor stays frozen)
+        self._warmup_optimizer = None
         self.storage = RolloutStorage(rollout.num_steps, env.num_envs, env.obs_dim, env.action_dim, env.device)
         self.reward_scaler = RewardScaler(env.num_envs, rollout.gamma).to(env.device)
         self.obs = env.reset(seed=seed)  # [N, D]
@@ -118,7 +121,10 @@ class OnPolicyLoop:
         self._check_finite("observation", self.storage.obs)
         self._check_finite("reward", self.storage.reward)
         batch = self.advantages()
-        metrics = self.algorithm.update(batch, progress)
+        if self.iteration_count <= self.critic_warmup:
+            metrics = self.warm_up_critic(batch)
+        else:
+            metrics = self.algorithm.update(batch, progress)
         values = {k: float(v) for k, v in metrics.items()}
         for name, value in values.items():
             if not math.isfinite(value):
@@ -131,6 +137,28 @@ class OnPolicyLoop:
             values["episode_length"] = float(episode_length.float().mean())
         values["episodes"] = float(episode_return.numel())
         return values
+
+    def warm_up_critic(self, batch: RolloutBatch, epochs: int = 10, minibatch_size: int = 256) -> dict:
+        """Fit V to the batch's GAE return targets with the actor untouched (a separate Adam, lr 1e-3).
+
+        The algorithm's updater owns the critic's storage (parameters and gradients are views of its flat
+        buffers), so this optimizer writes in place and zeroes gradients without replacing them.
+        """
+        from robopt.core.losses import value_error
+
+        if self._warmup_optimizer is None:
+            self._warmup_optimizer = torch.optim.Adam(self.critic.parameters(), lr=1e-3, eps=1e-5)
+        params = list(self.critic.parameters())
+        obs, target = batch.obs, batch.return_target
+        for _ in range(epochs):
+            for rows in torch.randperm(obs.shape[0], device=obs.device).split(minibatch_size):
+                self._warmup_optimizer.zero_grad(set_to_none=False)
+                loss = 0.5 * value_error(self.critic(obs[rows]), target[rows])
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 0.5)
+                self._warmup_optimizer.step()
+        self._warmup_optimizer.zero_grad(set_to_none=False)
+        return {"value_loss": loss.detach(), "critic_warmup": torch.tensor(1.0)}
 
     def _check_step_shapes(self, action, obs, reward, terminated, truncated) -> None:
         n, env = self.env.num_envs, self.env

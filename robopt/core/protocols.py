@@ -90,6 +90,15 @@ class SupportsEntropy(Protocol):
         ...
 
 
+@runtime_checkable
+class SupportsImitation(Protocol):
+    """Policies that behaviour cloning can fit (Gaussian: negative log-likelihood; flow: flow matching)."""
+
+    def imitation_loss(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Per-row loss [B] whose minimization fits the policy to demonstrated (obs, action) pairs."""
+        ...
+
+
 def require(obj: Any, protocol: type, what: str, why: str) -> None:
     """Fail at build time with a readable message if ``obj`` lacks ``protocol`` (e.g. TRPO with a flow policy)."""
     if not isinstance(obj, protocol):

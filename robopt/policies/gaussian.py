@@ -105,6 +105,14 @@ class GaussianPolicy(nn.Module):
         log_prob = self._gaussian_log_prob(sample, self._mean(obs), log_std, torch.exp(log_std))
         return log_prob - self._squash_correction(sample) if self.squash else log_prob
 
+    def imitation_loss(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Behaviour cloning: -log pi(action | obs) [B]; squashed policies invert the tanh on the clipped action."""
+        if not self.squash:
+            return -self.log_prob(obs, action, {})
+        unit = (action - self.action_low) / (self.action_high - self.action_low) * 2.0 - 1.0  # in [-1, 1]
+        pre_tanh = torch.atanh(unit.clamp(-1.0 + 1e-6, 1.0 - 1e-6))
+        return -self.log_prob(obs, action, {"pre_tanh": pre_tanh})
+
     def log_ratio(self, obs: torch.Tensor, action: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
         """log pi_new(a|s) - log pi_old(a|s) as [B, 1]; exactly 0 at the acting parameters.
 
