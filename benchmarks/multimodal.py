@@ -23,7 +23,7 @@ defaults to a temporary directory, deleted at the end unless ``--keep``; a given
 
     .venv/bin/python benchmarks/multimodal.py --seeds 0 1 2 3 4 --budgets 50000 200000 --out multimodal.json
     .venv/bin/python benchmarks/multimodal.py --seeds 0 --budgets 4096 8192 --episodes 20
-    .venv/bin/python benchmarks/multimodal.py --algos fpo --fpo-override policy.steps=8 --override env.kwargs.num_goals=6
+    .venv/bin/python benchmarks/multimodal.py --fpo-override policy.steps=8 --override env.kwargs.num_goals=6
 """
 
 from __future__ import annotations
@@ -165,13 +165,26 @@ def summarize(records: list[dict]) -> dict:
     return summary
 
 
+def summary_row(algo: str, mode: str, summary: dict) -> str:
+    """One table row: the mode's figures; training time on the first mode's row only."""
+    s = summary[mode]
+    cells = [f"{s[key][0]:{width}.{digits}f} +- {s[key][1]:<{digits + 3}.{digits}f}"
+             for key, width, digits in (("return", 7, 2), ("success", 4, 2), ("modes", 3, 1))]  # fmt: skip
+    row = (f"{algo:5s} {mode[:5]:6s} {' '.join(cells)} {s['modes_fraction'][0]:6.2f} "
+           f"{s['entropy'][0]:5.2f} +- {s['entropy'][1]:<4.2f}")  # fmt: skip
+    if mode != MODES[0]:
+        return row
+    return f"{row} {summary['train_s'][0]:6.1f} +- {summary['train_s'][1]:<4.1f} {summary['steps_per_s'][0]:12.0f}"
+
+
 def print_tables(records: list[dict], algos: list[str], budgets: list[int], episodes: int) -> dict:
     """A table per budget (summary row per algo and mode, then the per-seed lines); returns the summaries."""
     summaries: dict = {}
     for budget in budgets:
         num_goals = next(r["num_goals"] for r in records if r["budget"] == budget)
-        print(f"\nbudget {budget} env steps: {episodes} episodes per mode, K = {num_goals} goals, mean +- std over seeds")
-        print(f"{'algo':5s} {'mode':6s} {'return':>16s} {'success':>13s} {'modes':>12s} {'of K':>6s} "
+        print(f"\nbudget {budget} env steps: {episodes} episodes per mode, K = {num_goals} goals, "
+              "mean +- std over seeds")  # fmt: skip
+        print(f"{'algo':5s} {'mode':6s} {'return':>16s} {'success':>13s} {'modes':>11s} {'of K':>6s} "
               f"{'entropy':>13s} {'train s':>14s} {'steps/s':>12s}")  # fmt: skip
         for algo in algos:
             rows = [r for r in records if r["algo"] == algo and r["budget"] == budget]
@@ -179,12 +192,7 @@ def print_tables(records: list[dict], algos: list[str], budgets: list[int], epis
                 continue
             summary = summaries.setdefault(algo, {})[budget] = summarize(rows)
             for mode in MODES:
-                s = summary[mode]
-                cells = [f"{s[key][0]:{width}.{digits}f} +- {s[key][1]:<{digits + 3}.{digits}f}"
-                         for key, width, digits in (("return", 7, 2), ("success", 4, 2), ("modes", 3, 1))]  # fmt: skip
-                timing = f"{summary['train_s'][0]:6.1f} +- {summary['train_s'][1]:<4.1f} {summary['steps_per_s'][0]:12.0f}"
-                print(f"{algo:5s} {mode[:5]:6s} {' '.join(cells)} {s['modes_fraction'][0]:6.2f} "
-                      f"{s['entropy'][0]:5.2f} +- {s['entropy'][1]:<4.2f} {timing if mode == MODES[0] else ''}")  # fmt: skip
+                print(summary_row(algo, mode, summary))
         for record in (r for r in records if r["budget"] == budget):
             print(f"  {seed_line(record)}")
     return summaries
@@ -223,8 +231,9 @@ def check_budgets(args, overrides: dict[str, list[str]]) -> str:
         per_iteration = config.rollout.num_steps * config.env.num_envs
         iterations = [budget // per_iteration for budget in args.budgets]
         if iterations[0] < 1 or len(set(iterations)) < len(iterations):
-            raise ConfigError(f"{algo}: budgets {args.budgets} must be distinct whole iterations of "
-                              f"{per_iteration} env steps (rollout.num_steps x env.num_envs)")  # fmt: skip
+            raise ConfigError(f"{algo}: budgets {args.budgets} must each be at least one iteration of "
+                              f"{per_iteration} env steps (rollout.num_steps x env.num_envs) and round down to "
+                              "distinct iterations")  # fmt: skip
         count, why = resolve_torch_threads(config)
         threads.append(f"{algo} {count} ({why}), device {config.device}")
     return "; ".join(threads)
@@ -240,8 +249,9 @@ def main() -> None:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    command = shlex.join(["benchmarks/multimodal.py", *sys.argv[1:]])
     header = (f"robopt multimodal benchmark, {datetime.datetime.now().isoformat(timespec='seconds')} | torch "
-              f"{torch.__version__}, threads: {threads} | command: {shlex.join(['benchmarks/multimodal.py', *sys.argv[1:]])} | "
+              f"{torch.__version__}, threads: {threads} | command: {command} | "
               + " | ".join(f"{algo} overrides: {' '.join(overrides[algo]) or '-'}" for algo in args.algos))  # fmt: skip
     print(header, flush=True)
     run_root = args.run_root or Path(tempfile.mkdtemp(prefix="robopt-multimodal-"))

@@ -92,6 +92,8 @@ def evaluate(
     if video is not None:
         try:
             frames = record_video(run_dir, video, seed=seed, max_steps=video_steps)
+        except ConfigError as error:
+            _fail(str(error))
         except Exception as error:  # rendering needs an OpenGL backend (MUJOCO_GL=egl or osmesa) and the env's renderer
             _fail(
                 f"could not record video: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", 1

@@ -96,7 +96,10 @@ def record_video(
         raise ConfigError(f"video max_steps must be at least 0, got {max_steps}")
     if width < 16 or height < 16:
         raise ConfigError(f"video size must be at least 16x16 pixels, got {width}x{height}")
-    config = video_config(load_run_config(run_dir))
+    config = load_run_config(run_dir)
+    if config.env.id.startswith("robopt/"):  # torch-native tasks (robopt/MultiGoal) have no MuJoCo scene to film
+        raise ConfigError(f"video needs a MuJoCo task; {config.env.id} is a torch-native task without a renderer")
+    config = video_config(config)
     _, policy = load_policy(run_dir, config)
     if config.env.backend == "gymnasium":
         env = _make_gymnasium_render_env(config, width, height)

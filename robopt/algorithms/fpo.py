@@ -20,11 +20,16 @@ from robopt.core.surrogates import RatioControl
 
 
 @dataclass(frozen=True)
+class FPORatioControl(RatioControl):
+    """``RatioControl`` whose default clip range is FPO's 0.05."""
+
+    clip_low: float = option(0.05, "clip, dual_clip: eps (FPO: 0.05); clip_asymmetric: eps_low")
+
+
+@dataclass(frozen=True)
 class FPOConfig(PPOConfig):
     learning_rate: float = option(3e-4, "Adam learning rate (initial value of the schedule)")
-    ratio: RatioControl = option(
-        RatioControl(clip_low=0.05), "ratio control of the surrogate; FPO's clip range is 0.05 (algo.ratio.clip_low)"
-    )
+    ratio: FPORatioControl = option(FPORatioControl(), "ratio control of the surrogate (algo.ratio.name=...)")
 
 
 def build_fpo(config: FPOConfig, policy, critic) -> PPO:

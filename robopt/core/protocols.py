@@ -10,6 +10,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from robopt.config import ConfigError
+
 
 @runtime_checkable
 class VecEnv(Protocol):
@@ -99,7 +101,11 @@ class SupportsImitation(Protocol):
         ...
 
 
+class PolicyKindError(ConfigError, TypeError):
+    """A config pairs an algorithm with a policy kind lacking an ability it needs (one line, CLI exit code 2)."""
+
+
 def require(obj: Any, protocol: type, what: str, why: str) -> None:
     """Fail at build time with a readable message if ``obj`` lacks ``protocol`` (e.g. TRPO with a flow policy)."""
     if not isinstance(obj, protocol):
-        raise TypeError(f"{what} needs a policy that {protocol.__name__}: {type(obj).__name__} does not ({why})")
+        raise PolicyKindError(f"{what} needs a policy that {protocol.__name__}: {type(obj).__name__} does not ({why})")

@@ -159,9 +159,9 @@ class FlowPolicy(nn.Module):
         t = torch.rand(batch, self.config.draws, dtype=like.dtype, device=like.device)
         return noise, t
 
-    def sample(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+    def sample(self, obs: torch.Tensor, deterministic: bool = False, obs_norm: torch.Tensor | None = None):
         """An action [B, A] in env units (not clipped to the bounds): x_0 = 0 when deterministic."""
-        obs_norm = self._obs_norm(obs)
+        obs_norm = self._obs_norm(obs) if obs_norm is None else obs_norm
         x0 = torch.zeros(obs.shape[0], self.action_dim, dtype=obs_norm.dtype, device=obs.device)
         if not deterministic and self.config.noise_std > 0.0:
             x0 = torch.randn_like(x0) * self.config.noise_std
@@ -172,9 +172,11 @@ class FlowPolicy(nn.Module):
         if torch.is_grad_enabled():
             with torch.no_grad():
                 return self.act(obs, deterministic)
-        action = self.sample(obs, deterministic)
+        obs_norm = self._obs_norm(obs)
+        action = self.sample(obs, deterministic, obs_norm)
         noise, t = self._draws(obs.shape[0], action)
-        loss = self.cfm_loss(self._obs_norm(obs), self.to_normalized(action), noise, t)
+        # y from the stored action, as log_ratio computes it: the two losses then agree to the last bit
+        loss = self.cfm_loss(obs_norm, self.to_normalized(action), noise, t)
         return action, {"noise": noise, "flow_time": t, "cfm_loss": loss}
 
     def log_ratio(self, obs: torch.Tensor, action: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -193,7 +195,7 @@ class FlowPolicy(nn.Module):
 
     def export_module(self) -> nn.Module:
         """Deterministic ``obs [B, D] -> action [B, A]``: normalizer folded in, integrator unrolled, clipped."""
-        return ExportedFlowPolicy(self)
+        return ExportedFlowPolicy(self).eval()
 
 
 class ExportedFlowPolicy(nn.Module):

@@ -1,0 +1,214 @@
+"""Batch-1 CPU latency of the exported flow policy per integration step count, beside the Gaussian policy.
+
+For each --steps value the flow policy's ``export_module()`` (x_0 = 0, unrolled integrator, normalizer and
+clipping folded in) is timed one observation [1, D] at a time through three runtimes:
+    eager       : the module under ``torch.inference_mode()``
+    torchscript : ``torch.jit.trace`` then ``torch.jit.freeze`` (and ``optimize_for_inference`` with --optimize)
+    onnxruntime : ``torch.onnx.export(..., dynamo=True)`` with a dynamic batch axis, one ``InferenceSession``
+                  with intra_op_num_threads = --threads
+and the Gaussian policy's export (one MLP pass) is the reference row. After --warmup calls per runner,
+--repeats calls are timed one by one; the runners take turns in 10 rounds so load from other processes on a
+shared machine hits every row alike. Printed per row: median and p90 microseconds per call, the median as a
+multiple of the Gaussian's on the same runtime, and the largest |action - eager action| on random inputs.
+
+Random policies of --obs-dim, --action-dim and --hidden widths by default (HalfCheetah sizes); --run-dir
+times a trained run's policy instead (``robopt.evaluation.load_policy``; the other kind stays random, of the
+same sizes).
+
+    .venv/bin/python benchmarks/flow_latency.py --steps 1 5 10 --repeats 5000 --threads 1
+    .venv/bin/python benchmarks/flow_latency.py --obs-dim 17 --action-dim 6 --hidden 64 64 --integrator heun
+    .venv/bin/python benchmarks/flow_latency.py --run-dir runs/fpo_pendulum/<timestamp> --steps 1 5 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib.util
+import io
+import logging
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robopt.policies import FlowPolicy, GaussianPolicy
+from robopt.policies.flow import INTEGRATORS, FlowPolicyConfig
+
+ROUNDS = 10
+
+
+def with_steps(policy: FlowPolicy, steps: int, integrator: str | None) -> FlowPolicy:
+    """A copy of ``policy`` (weights and normalizer) that integrates with ``steps`` (and ``integrator``) steps."""
+    config = dataclasses.replace(policy.config, steps=steps, integrator=integrator or policy.config.integrator)
+    copy = FlowPolicy(policy.obs_dim, policy.action_dim, policy.action_low, policy.action_high, config)
+    copy.load_state_dict(policy.state_dict())
+    return copy.eval()
+
+
+def policies(args) -> tuple[FlowPolicy, GaussianPolicy, str]:
+    """The flow and Gaussian policies to time, and a line saying where they come from."""
+    obs_dim, action_dim, hidden = args.obs_dim, args.action_dim, tuple(args.hidden)
+    loaded, source = None, f"random policies: obs {obs_dim}, action {action_dim}, hidden {list(hidden)}"
+    if args.run_dir is not None:
+        from robopt.evaluation import load_policy
+
+        config, loaded = load_policy(args.run_dir)
+        obs_dim, action_dim, hidden = loaded.obs_dim, loaded.action_dim, tuple(config.policy.hidden)
+        source = f"{type(loaded).__name__} from {args.run_dir} (obs {obs_dim}, action {action_dim}); the other random"
+    low, high = -torch.ones(action_dim), torch.ones(action_dim)
+    if isinstance(loaded, FlowPolicy):
+        flow = loaded
+    else:
+        flow = FlowPolicy(obs_dim, action_dim, low, high, FlowPolicyConfig(hidden=hidden, output_scale=1.0))
+    gaussian = loaded if isinstance(loaded, GaussianPolicy) else GaussianPolicy(obs_dim, action_dim, low, high, hidden)
+    for policy in (flow, gaussian):
+        if policy is not loaded:  # random statistics, so the normalizer is not an identity
+            policy.normalizer.update(torch.randn(1000, obs_dim) * 2 + 0.5)
+    return flow, gaussian.eval(), source
+
+
+@contextlib.contextmanager
+def quiet():
+    """Silence the ONNX exporter's progress lines, warnings and log messages."""
+    level = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(level)
+
+
+Runner = tuple[Callable[[], object], Callable[[torch.Tensor], torch.Tensor]]  # (timed call on obs, any obs)
+
+
+def eager_runner(module: torch.nn.Module, obs: torch.Tensor) -> Runner:
+    def call(x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            return module(x)
+
+    return (lambda: call(obs)), call
+
+
+def torchscript_runner(module: torch.nn.Module, obs: torch.Tensor, optimize: bool) -> Runner:
+    with quiet():
+        scripted = torch.jit.freeze(torch.jit.trace(module, obs).eval())
+        if optimize:
+            scripted = torch.jit.optimize_for_inference(scripted)
+
+    def call(x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            return scripted(x)
+
+    return (lambda: call(obs)), call
+
+
+def onnx_runner(module: torch.nn.Module, obs: torch.Tensor, path: Path, threads: int) -> Runner:
+    import onnxruntime
+
+    example = obs.expand(4, -1).contiguous()  # export at batch 4 with a dynamic batch axis; run at batch 1
+    with quiet():
+        program = torch.onnx.export(
+            module, (example,), dynamo=True, dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
+            input_names=["obs"], output_names=["action"], verbose=False,
+        )  # fmt: skip
+        program.save(str(path))
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feed = {"obs": obs.numpy()}
+
+    def call(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(session.run(None, {"obs": x.numpy()})[0])
+
+    return (lambda: session.run(None, feed)[0]), call
+
+
+def max_difference(
+    call: Callable[[torch.Tensor], torch.Tensor], module: torch.nn.Module, inputs: torch.Tensor
+) -> float:
+    """Largest |call(row) - module(row)| over the rows of ``inputs`` [R, D], one row at a time (batch 1)."""
+    with torch.inference_mode():
+        return max(float((call(row[None]) - module(row[None])).abs().max()) for row in inputs)
+
+
+def time_runners(runners: dict[str, Callable[[], object]], repeats: int, warmup: int) -> dict[str, np.ndarray]:
+    """Microseconds per call [repeats] for each runner; the runners take turns in ``ROUNDS`` rounds."""
+    for run in runners.values():
+        for _ in range(warmup):
+            run()
+    samples = {name: [] for name in runners}
+    per_round = max(1, repeats // ROUNDS)
+    for _ in range(ROUNDS):
+        for name, run in runners.items():
+            times = samples[name]
+            for _ in range(per_round):
+                start = time.perf_counter_ns()
+                run()
+                times.append(time.perf_counter_ns() - start)
+    return {name: np.asarray(times, dtype=np.float64) / 1e3 for name, times in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, nargs="+", default=[1, 5, 10], help="integration steps to time")
+    parser.add_argument("--integrator", choices=INTEGRATORS, default=None, help="default: the policy's (euler)")
+    parser.add_argument("--obs-dim", type=int, default=17)
+    parser.add_argument("--action-dim", type=int, default=6)
+    parser.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
+    parser.add_argument("--repeats", type=int, default=5000, help="timed calls per runner")
+    parser.add_argument("--warmup", type=int, default=200, help="untimed calls per runner first")
+    parser.add_argument("--threads", type=int, default=1, help="torch and ONNX Runtime intra-op threads")
+    parser.add_argument("--optimize", action="store_true", help="torch.jit.optimize_for_inference after freeze")
+    parser.add_argument("--run-dir", type=Path, default=None, help="time this run's policy instead of a random one")
+    args = parser.parse_args()
+    if min(args.steps) < 1 or args.repeats < 1 or args.threads < 1:
+        parser.error("--steps, --repeats and --threads must be >= 1")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    flow, gaussian, source = policies(args)
+    has_onnx = all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript", "onnxruntime"))
+
+    rows = [(f"flow {steps}", with_steps(flow, steps, args.integrator).export_module().eval()) for steps in args.steps]
+    rows.append(("gaussian", gaussian.export_module().eval()))
+    obs = torch.randn(1, flow.obs_dim)
+    inputs = torch.randn(16, flow.obs_dim) * 2  # parity of each runtime with eager, one row at a time
+    runners, differences = {}, {}
+    with tempfile.TemporaryDirectory() as directory:
+        for label, module in rows:
+            kinds = {"eager": eager_runner(module, obs), "torchscript": torchscript_runner(module, obs, args.optimize)}
+            if has_onnx:
+                path = Path(directory) / f"{label.replace(' ', '_')}.onnx"
+                kinds["onnxruntime"] = onnx_runner(module, obs, path, args.threads)
+            for kind, (run, call) in kinds.items():
+                runners[(label, kind)] = run
+                differences[(label, kind)] = max_difference(call, module, inputs)
+        timings = time_runners(runners, args.repeats, args.warmup)
+
+    integrator = args.integrator or flow.config.integrator
+    print(f"{source}; integrator {integrator}; threads {args.threads}; {args.repeats} calls per row after "
+          f"{args.warmup} warm-up; torch {torch.__version__}")  # fmt: skip
+    if not has_onnx:
+        print("onnxruntime rows skipped: pip install 'robopt[export]'")
+    header = f"{'policy':<10} {'runtime':<12} {'median us':>10} {'p90 us':>10} {'x gaussian':>11} {'max |diff|':>11}"
+    print(header)
+    print("-" * len(header))
+    for (label, kind), micros in timings.items():
+        median = float(np.median(micros))
+        reference = float(np.median(timings[("gaussian", kind)]))
+        print(
+            f"{label:<10} {kind:<12} {median:>10.1f} {float(np.percentile(micros, 90)):>10.1f} "
+            f"{median / reference:>11.2f} {differences[(label, kind)]:>11.1e}"
+        )
+
+
+if __name__ == "__main__":
+    main()
