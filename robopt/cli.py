@@ -1,4 +1,7 @@
-"""The ``robopt`` command: train, eval, plot, collect, list. Bad input exits with code 2 and one line, no traceback."""
+"""The ``robopt`` command: train, pretrain, eval, plot, collect, list.
+
+Bad input exits with code 2 and one line, no traceback.
+"""
 
 from __future__ import annotations
 
@@ -27,8 +30,25 @@ def train(
     no_progress: bool = typer.Option(False, "--no-progress", help="no live progress bar"),
 ) -> None:
     """Train from a config file (or resume a run)."""
+    _run(config, overrides, resume, no_progress)
+
+
+@app.command()
+def pretrain(
+    config: Path | None = typer.Argument(None, help="YAML pretraining file, e.g. configs/bc_flow_hopper.yaml"),
+    overrides: list[str] | None = typer.Argument(None, help="key=value overrides, e.g. algo.epochs=50"),
+    resume: Path | None = typer.Option(None, "--resume", help="continue this run directory from its last checkpoint"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="no live progress bar"),
+) -> None:
+    """Pretrain a policy from demonstrations (behaviour cloning); writes an ordinary run directory."""
+    _run(config, overrides, resume, no_progress, kind="pretrain")
+
+
+def _run(config, overrides, resume, no_progress, kind: str | None = None) -> None:
+    """``train`` and ``pretrain``: load the config (or the run to resume), check its kind, run it."""
+    from robopt.algorithms import ALGORITHMS
     from robopt.algorithms.onpolicy import NonFiniteError
-    from robopt.config import load_config
+    from robopt.config import config_to_dict, load_config
     from robopt.runner import LAST_CHECKPOINT, load_run_config
     from robopt.runner import train as run_training
 
@@ -42,13 +62,18 @@ def train(
                 _fail(f"cannot resume {str(resume)!r}: no checkpoint at {LAST_CHECKPOINT}")
             experiment = load_run_config(resume)
             if overrides:
-                from robopt.config import ExperimentConfig, apply_overrides, build_dataclass, config_to_dict
+                from robopt.config import ExperimentConfig, apply_overrides, build_dataclass
 
                 experiment = build_dataclass(ExperimentConfig, apply_overrides(config_to_dict(experiment), overrides))
         elif config is None:
             _fail("missing CONFIG (a YAML file in configs/) or --resume RUN_DIR")
         else:
             experiment = load_config(config, overrides or [])
+        if kind is not None:
+            algo_name = config_to_dict(experiment)["algo"]["name"]
+            if ALGORITHMS[algo_name].kind != kind:
+                allowed = ", ".join(sorted(name for name, spec in ALGORITHMS.items() if spec.kind == kind))
+                _fail(f"robopt {kind} runs {allowed}; algo.name={algo_name} is trained with `robopt train`")
         result = run_training(experiment, resume_dir=resume, progress=False if no_progress else None)
     except ConfigError as error:
         _fail(str(error))

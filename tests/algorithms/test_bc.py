@@ -181,3 +181,26 @@ def test_nan_in_the_flow_loss_stops_training_and_keeps_the_last_good_checkpoint(
         train(config)
     (run_dir,) = (tmp_path / "runs" / "bc_flow").iterdir()
     assert load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"]["iteration"] == 3
+
+
+def test_robopt_pretrain_writes_a_run_directory_and_refuses_other_kinds(tmp_path, dataset_root):
+    from typer.testing import CliRunner
+
+    from robopt.cli import app
+
+    config = tmp_path / "bc.yaml"
+    config.write_text(
+        "env: {id: robopt/MultiGoal, num_envs: 2}\n"
+        f"algo: {{name: bc, dataset: test/linear-v0, dataset_root: {dataset_root}, epochs: 2}}\n"
+        f"log: {{run_root: {tmp_path / 'runs'}, eval_episodes: 2, progress: false}}\n"
+    )
+    result = CliRunner().invoke(app, ["pretrain", str(config)])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (tmp_path / "runs" / "bc").iterdir()
+    assert {p.name for p in run_dir.iterdir()} >= {"config.yaml", "checkpoints", "progress.csv", "eval.json"}
+    assert list(run_dir.glob("events.out.tfevents*")) or list(run_dir.glob("**/events.out.tfevents*"))
+    refused = CliRunner().invoke(app, ["pretrain", str(ROOT / "configs/ppo_pendulum.yaml")])
+    assert refused.exit_code == 2
+    assert (
+        refused.stderr.strip() == "robopt: error: robopt pretrain runs bc; algo.name=ppo is trained with `robopt train`"
+    )
