@@ -108,8 +108,6 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if self.critic_warmup < 0:
             raise ValueError(f"critic_warmup must be >= 0, got {self.critic_warmup}")
-        if self.critic_warmup > 0 and not self.init_from:
-            raise ValueError("critic_warmup needs init_from (a fresh policy has nothing to keep frozen)")
 
 
 def _type_name(tp: Any) -> str:

@@ -78,6 +78,10 @@ def build_loop(config: ExperimentConfig, initialize: bool = False):
     env = build_env(config)
     try:
         policy = build_policy(config, env)
+        if initialize and config.critic_warmup > 0 and not config.init_from:
+            raise ConfigError(
+                f"critic_warmup={config.critic_warmup} needs init_from=RUN_DIR (a pretrained policy to keep frozen)"
+            )
         if initialize and config.init_from:
             initialize_policy(policy, config)
         spec = ALGORITHMS[config_to_dict(config)["algo"]["name"]]

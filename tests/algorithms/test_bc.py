@@ -146,8 +146,8 @@ def test_init_from_mismatches_are_one_line_errors(tmp_path, dataset_root):
     for override, message in cases:
         with pytest.raises(ConfigError, match=message):
             build_loop(build_dataclass(ExperimentConfig, {**base, **override}), initialize=True)
-    with pytest.raises(ConfigError, match="critic_warmup needs init_from"):
-        build_dataclass(ExperimentConfig, {**base, "critic_warmup": 3})
+    with pytest.raises(ConfigError, match="critic_warmup=3 needs init_from=RUN_DIR"):
+        build_loop(build_dataclass(ExperimentConfig, {**base, "critic_warmup": 3}), initialize=True)
 
 
 def test_incompatible_dataset_is_refused_by_the_cli_and_nothing_is_written(tmp_path, dataset_root):

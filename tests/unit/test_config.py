@@ -65,5 +65,9 @@ def test_every_field_is_documented():
     rows = describe_fields(ExperimentConfig)
     for spec in ALGORITHMS.values():
         rows += describe_fields(spec.config_cls, "algo.")
+    from robopt.policies import POLICIES
+
+    for spec in POLICIES.values():
+        rows += describe_fields(spec.config_cls, "policy.")
     undocumented = [key for key, _, doc in rows if not doc]
     assert undocumented == []
