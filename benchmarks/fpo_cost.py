@@ -170,14 +170,22 @@ def print_table(rows: list[tuple], measured: dict[str, float]) -> None:
 
 
 def cost_line(t: dict, steps_k: int, draws_m: int, horizon: int, updates: int, models: dict, ratio: float) -> str:
-    """The "FPO cost = ..." summary: FPO's extra model time split into integration, draws and the rest of acting."""
-    integration = horizon * (t[("sample", steps_k)] - t[("act", "gaussian")]) / 1e3  # ms per iteration
+    """The "FPO cost = ..." summary: FPO's extra model time (ms per iteration) over PPO, split into parts.
+
+    integration: T * (sample_K - Gaussian act); draws: T * act-time loss_M + updates * (update_M - update_1);
+    flow update: updates * (update_1 - PPO's update), the velocity net's update at one draw (when M = 1 was not
+    timed, the draws take the whole update difference); rest of acting: T * (act - sample_K - loss_M).
+    """
+    base = ("update", 1) if ("update", 1) in t else ("update", "ppo")
+    integration = horizon * (t[("sample", steps_k)] - t[("act", "gaussian")]) / 1e3
     draws_act = horizon * t[("loss", draws_m)] / 1e3
-    draws_update = updates * (t[("update", draws_m)] - t[("update", "ppo")]) / 1e3
+    draws_update = updates * (t[("update", draws_m)] - t[base]) / 1e3
+    flow_update = updates * (t[base] - t[("update", "ppo")]) / 1e3
     rest = horizon * (t[("act", steps_k)] - t[("sample", steps_k)] - t[("loss", draws_m)]) / 1e3
-    extra = models["fpo"] - models["ppo"]
-    draws = draws_act + draws_update
-    parts = {f"integration K={steps_k} at acting": integration, f"M={draws_m} draws": draws}
+    extra, draws = models["fpo"] - models["ppo"], draws_act + draws_update
+    beyond = "beyond M=1" if base[1] == 1 else "vs PPO's (M=1 not timed)"
+    parts = {f"integration steps at acting (K={steps_k})": integration, f"the M={draws_m} draws": draws,
+             "the flow update at one draw": flow_update}  # fmt: skip
     dominant = max(parts, key=parts.get)
 
     def pct(ms: float) -> str:
@@ -185,9 +193,10 @@ def cost_line(t: dict, steps_k: int, draws_m: int, horizon: int, updates: int, m
 
     return (
         f"FPO cost = {models['fpo'] / models['ppo']:.2f}x PPO's iteration time (model; measured {ratio:.2f}x): "
-        f"+{extra:.1f} ms/iteration, of which integration K={steps_k} at acting (minus the Gaussian act) "
-        f"{integration:.1f} ms ({pct(integration)}), M={draws_m} draws {draws:.1f} ms ({pct(draws)}: act-time "
-        f"loss {draws_act:.1f}, update {draws_update:.1f}), rest of acting {rest:.1f} ms ({pct(rest)}); "
+        f"+{extra:.1f} ms/iteration = integration K={steps_k} at acting (minus the Gaussian act) "
+        f"{integration:.1f} ms ({pct(integration)}) + M={draws_m} draws {draws:.1f} ms ({pct(draws)}: act-time "
+        f"loss {draws_act:.1f}, update {beyond} {draws_update:.1f}) + flow update at M=1 vs PPO's "
+        f"{flow_update:.1f} ms ({pct(flow_update)}) + rest of acting {rest:.1f} ms ({pct(rest)}); "
         f"dominated by {dominant}"
     )
 
