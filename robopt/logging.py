@@ -39,6 +39,10 @@ class RunLogger:
             self._columns += sorted(k for k in row if k not in self._columns)
             with self.csv_path.open("w", newline="") as handle:
                 csv.writer(handle).writerow(self._columns)
+        added = sorted(key for key in row if key not in self._columns)
+        if added:  # a metric that first appears now (e.g. the update's after a critic warm-up): widen the file
+            self._columns = [*self._columns, *added]
+            _widen_csv(self.csv_path, self._columns)
         with self.csv_path.open("a", newline="") as handle:
             csv.writer(handle).writerow([row.get(column, "") for column in self._columns])
 
@@ -51,6 +55,17 @@ class RunLogger:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def _widen_csv(path: Path, columns: list[str]) -> None:
+    """Rewrite ``path`` with header ``columns`` (the old header is a prefix), padding old rows (atomically)."""
+    with path.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    body = [row + [""] * (len(columns) - len(row)) for row in rows[1:]]
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="") as handle:
+        csv.writer(handle).writerows([columns, *body])
+    os.replace(tmp, path)
 
 
 def _truncate_csv(path: Path, last_step: int | None) -> list[str] | None:
