@@ -101,3 +101,22 @@ class RewardScaler(nn.Module):
         count = prior_count + new_count
         mean_shift = sum_dev / count  # mean - prior_mean
         return (prior_count * prior_var + sum_sq) / count - mean_shift.square()
+
+
+class FrozenNormalizer(nn.Module):
+    """A normalizer's current shift and scale as constants: the first layer of every exported policy.
+
+    ``obs [B, D] -> clamp((obs - shift) * scale, -clip, clip)`` in float32 (identity when disabled).
+    """
+
+    def __init__(self, normalizer: RunningNormalizer) -> None:
+        super().__init__()
+        self.enabled, self.clip = normalizer.enabled, float(normalizer.clip)
+        self.register_buffer("shift", normalizer.shift.detach().clone())
+        self.register_buffer("scale", normalizer.scale.detach().clone())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.to(torch.float32)
+        if self.enabled:
+            x = torch.clamp((x - self.shift) * self.scale, -self.clip, self.clip)
+        return x

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from robopt.config import option
-from robopt.core.normalization import RunningNormalizer
+from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
 from robopt.policies.networks import MLP
 
 INTEGRATORS = ("euler", "midpoint", "heun")
@@ -203,21 +203,14 @@ class ExportedFlowPolicy(nn.Module):
 
     def __init__(self, policy: FlowPolicy) -> None:
         super().__init__()
-        norm = policy.normalizer
-        self.enabled, self.clip = norm.enabled, float(norm.clip)
         self.steps, self.integrator, self.action_dim = policy.config.steps, policy.config.integrator, policy.action_dim
         for name in ("action_low", "action_high", "action_centre", "action_half_range"):
             self.register_buffer(name, getattr(policy, name).detach().clone())
-        self.register_buffer("obs_shift", norm.shift.detach().clone())
-        self.register_buffer("obs_scale", norm.scale.detach().clone())
-        self.velocity = copy.deepcopy(policy.velocity).eval()
-        for parameter in self.parameters():
-            parameter.requires_grad_(False)
+        self.normalizer = FrozenNormalizer(policy.normalizer)
+        self.velocity = copy.deepcopy(policy.velocity).eval().requires_grad_(False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.to(torch.float32)
-        if self.enabled:
-            x = torch.clamp((x - self.obs_shift) * self.obs_scale, -self.clip, self.clip)
+        x = self.normalizer(obs)
         y = integrate(self.velocity, x, x.new_zeros(x.shape[0], self.action_dim), self.steps, self.integrator)
         action = y * self.action_half_range + self.action_centre
         return torch.maximum(torch.minimum(action, self.action_high), self.action_low)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from robopt.core.normalization import RunningNormalizer
+from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
 from robopt.policies.networks import MLP
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -149,21 +149,14 @@ class ExportedGaussianPolicy(nn.Module):
 
     def __init__(self, policy: GaussianPolicy) -> None:
         super().__init__()
-        norm = policy.normalizer
-        self.enabled, self.clip, self.squash = norm.enabled, float(norm.clip), policy.squash
-        self.register_buffer("obs_shift", norm.shift.detach().clone())
-        self.register_buffer("obs_scale", norm.scale.detach().clone())
+        self.squash = policy.squash
+        self.normalizer = FrozenNormalizer(policy.normalizer)
         self.register_buffer("action_low", policy.action_low.detach().clone())
         self.register_buffer("action_high", policy.action_high.detach().clone())
-        self.mean_net = copy.deepcopy(policy.mean_net).eval()
-        for parameter in self.parameters():
-            parameter.requires_grad_(False)
+        self.mean_net = copy.deepcopy(policy.mean_net).eval().requires_grad_(False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.to(torch.float32)
-        if self.enabled:
-            x = torch.clamp((x - self.obs_shift) * self.obs_scale, -self.clip, self.clip)
-        mean = self.mean_net(x)
+        mean = self.mean_net(self.normalizer(obs))
         if self.squash:
             return self.action_low + (torch.tanh(mean) + 1.0) * 0.5 * (self.action_high - self.action_low)
         return torch.maximum(torch.minimum(mean, self.action_high), self.action_low)
