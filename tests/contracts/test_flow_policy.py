@@ -412,3 +412,31 @@ def test_cli_refuses_trpo_with_a_flow_policy_in_one_line(tmp_path):
     result = _cli_train(tmp_path, {"name": "trpo"}, {"name": "flow"})
     assert result.exit_code == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "SupportsKL: FlowPolicy does not" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "ratio",
+    [
+        {"name": "plain"},
+        {"name": "clip"},
+        {"name": "clip_asymmetric", "clip_high": 0.1},
+        {"name": "dual_clip"},
+        {"name": "spo_penalty"},
+        {"name": "sigmoid_gate"},
+    ],
+    ids=lambda ratio: ratio["name"],
+)
+@pytest.mark.parametrize("ratio_mode", ["per_draw", "average"])
+def test_every_ratio_control_runs_fpo_updates(tmp_path, ratio, ratio_mode):
+    from robopt.runner import build_loop
+
+    policy = {"name": "flow", "draws": 3, "ratio_mode": ratio_mode}
+    loop = build_loop(build_dataclass(ExperimentConfig, _experiment(tmp_path, {"name": "fpo", "ratio": ratio}, policy)))
+    before = [p.detach().clone() for p in loop.policy.parameters()]
+    try:
+        metrics = loop.iteration(progress=0.0)
+    finally:
+        loop.env.close()
+    assert all(math.isfinite(value) for value in metrics.values())
+    assert metrics["batch_approx_kl"] > 0.0  # the policy moved under every control
+    assert not all(torch.equal(b, p) for b, p in zip(before, loop.policy.parameters()))
