@@ -240,7 +240,7 @@ def train(
             bar.advance_to(loop.env_steps)
             start = time.perf_counter()
             start_steps = loop.env_steps
-            while loop.iteration_count < total_iterations:
+            while loop.iteration_count < total_iterations and not getattr(loop, "finished", False):
                 metrics = loop.iteration(progress=loop.iteration_count / total_iterations)
                 elapsed = time.perf_counter() - start
                 metrics["steps_per_second"] = (loop.env_steps - start_steps) / elapsed

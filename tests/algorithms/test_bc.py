@@ -204,3 +204,14 @@ def test_robopt_pretrain_writes_a_run_directory_and_refuses_other_kinds(tmp_path
     assert (
         refused.stderr.strip() == "robopt: error: robopt pretrain runs bc; algo.name=ppo is trained with `robopt train`"
     )
+
+
+def test_resuming_a_finished_bc_run_trains_no_further(tmp_path, dataset_root):
+    config = bc_config(tmp_path, dataset_root, learning_rate=0.05, patience=2, epochs=40)
+    result = train(config)
+    before = load_checkpoint(result.run_dir / LAST_CHECKPOINT)["loop"]
+    assert before["finished"] and before["iteration"] < 40
+    again = train(config, resume_dir=result.run_dir)
+    assert again.iterations == before["iteration"]
+    after = load_checkpoint(result.run_dir / LAST_CHECKPOINT)["loop"]["policy"]
+    assert all(torch.equal(after[key], value) for key, value in before["policy"].items())
