@@ -220,6 +220,11 @@ class ReplayBuffer:
                 f"replay capacity {storage.capacity} (capacity_per_env {storage.capacity_per_env} x num_envs "
                 f"{storage.num_envs}) is smaller than batch_size {batch_size}"
             )
+        from robopt.buffers.transforms import Hindsight, NStep
+
+        kinds = {type(transform) for transform in transforms}
+        if NStep in kinds and Hindsight in kinds:  # relabelling recomputes a one-step reward over the n-step sum
+            raise ValueError("replay transforms NStep and Hindsight cannot be combined (HER relabels one-step rewards)")
         self.storage, self.sampler, self.transforms, self.gamma = storage, sampler, tuple(transforms), float(gamma)
         for transform in self.transforms:
             check = getattr(transform, "check", None)

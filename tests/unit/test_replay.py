@@ -308,3 +308,13 @@ def test_bad_inputs_give_one_line_errors():
     for _ in range(2):
         _write(her_buffer, torch.zeros(2, 3), torch.zeros(2), torch.zeros(2, 3))
     _one_line_error(r"compute_reward must return a tensor of shape \[4\] \(batch\), got \[4, 1\]", her_buffer.sample, 4)
+
+
+def test_nstep_and_hindsight_cannot_be_combined():
+    from robopt.buffers import Hindsight, NStep, ReplayBuffer, ReplayStorage, UniformSampler
+
+    storage = ReplayStorage(8, 1, 4, 1)
+    her = Hindsight(lambda achieved_goal, desired_goal: -(achieved_goal - desired_goal).abs().sum(-1), slice(0, 2),
+                    slice(2, 4))  # fmt: skip
+    with pytest.raises(ValueError, match="NStep and Hindsight cannot be combined"):
+        ReplayBuffer(storage, UniformSampler(storage.capacity), (NStep(3, 0.9), her))
