@@ -85,7 +85,7 @@ def build_loop(config: ExperimentConfig, initialize: bool = False):
         if initialize and config.init_from:
             initialize_policy(policy, config)
         spec = ALGORITHMS[config_to_dict(config)["algo"]["name"]]
-        if spec.kind == "pretrain":
+        if spec.kind in ("pretrain", "off_policy"):
             return spec.build(config.algo, env, policy, seed=config.seed, env_id=config.env.id)
         critic = build_critic(config, env)
         algorithm = spec.build(config.algo, policy, critic)

@@ -14,7 +14,8 @@ class AlgorithmSpec:
     """How the runner builds an algorithm; ``kind`` picks the loop (DESIGN.md section 7).
 
     ``on_policy``: ``build(algo_config, policy, critic) -> OnPolicyAlgorithm`` plugged into ``OnPolicyLoop``.
-    ``pretrain``: ``build(algo_config, env, policy, seed, env_id) -> loop`` (the loop itself, e.g. behaviour cloning).
+    ``pretrain``, ``off_policy``: ``build(algo_config, env, policy, seed, env_id) -> loop`` (the loop itself:
+    behaviour cloning, or the off-policy loop with its replay buffer).
     """
 
     config_cls: type
@@ -44,3 +45,7 @@ register_algorithm("fpo", AlgorithmSpec(FPOConfig, build_fpo, "on_policy", "FPO:
 from robopt.algorithms.bc import BCConfig, BehaviorCloningLoop  # noqa: E402
 
 register_algorithm("bc", AlgorithmSpec(BCConfig, BehaviorCloningLoop, "pretrain", "behaviour cloning from a dataset"))
+
+from robopt.algorithms.sac import SACConfig, build_sac_loop  # noqa: E402
+
+register_algorithm("sac", AlgorithmSpec(SACConfig, build_sac_loop, "off_policy", "SAC: twin Q, auto temperature"))

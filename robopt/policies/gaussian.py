@@ -95,6 +95,16 @@ class GaussianPolicy(nn.Module):
             info["pre_tanh"] = sample
         return self._to_env(sample), info
 
+    def rsample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterized sample in env units [B, A] and its log-probability [B], both differentiable (SAC)."""
+        mean, log_std = self._mean(obs), self.log_std
+        std = torch.exp(log_std)
+        sample = mean + std * torch.randn_like(mean)
+        log_prob = self._gaussian_log_prob(sample, mean, log_std, std)
+        if self.squash:
+            log_prob = log_prob - self._squash_correction(sample)
+        return self._to_env(sample), log_prob
+
     def _sample_of(self, action: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
         return info["pre_tanh"] if self.squash else action
 

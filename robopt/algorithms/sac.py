@@ -1,0 +1,152 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018a, b) on the off-policy loop: twin Q, squashed Gaussian, auto temperature.
+
+Shapes: B batch, C = 2 critics, A action dim. The losses are the pure functions of ``robopt.core.q_losses``;
+this module holds the config, the networks' optimizers and the order of one update (critic, actor, temperature,
+Polyak averaging of the target critics). The actor is robopt's Gaussian policy with ``squash: true`` (its
+log-std is state-independent, unlike SB3's state-dependent head; see docs/offpolicy.md).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+
+from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule
+from robopt.buffers.replay import ReplayBuffer, ReplayStorage
+from robopt.buffers.samplers import PrioritizedSampler, UniformSampler
+from robopt.buffers.transforms import NStep
+from robopt.config import ConfigError, option
+from robopt.core.q_losses import polyak_update, q_regression_loss, sac_actor_loss, soft_q_target, temperature_loss
+from robopt.policies.critics import QCritic
+
+SAMPLERS = ("uniform", "prioritized")
+
+
+@dataclass(frozen=True)
+class SACConfig:
+    learning_rate: float = option(3e-4, "Adam learning rate of actor, critics and temperature")
+    gamma: float = option(0.99, "discount factor")
+    tau: float = option(0.005, "Polyak factor of the target critics")
+    ent_coef: float = option(0.0, "fixed entropy temperature alpha; 0 tunes it automatically (init 1.0)")
+    target_entropy: float = option(0.0, "target entropy of the automatic temperature; 0 means -action_dim")
+    critic_hidden: tuple[int, ...] = option((256, 256), "hidden widths of each Q network")
+    critic_activation: str = option("relu", "hidden activation of the Q networks", ("tanh", "relu", "elu", "silu"))
+    sampler: str = option("uniform", "replay sampler", SAMPLERS)
+    priority_alpha: float = option(0.6, "prioritized replay: priority exponent alpha in [0, 1]")
+    priority_beta: float = option(0.4, "prioritized replay: initial importance exponent beta in [0, 1], annealed to 1")
+    n_step: int = option(1, "n-step returns (1: one-step targets)")
+    loop: OffPolicySchedule = option(OffPolicySchedule(), "loop rhythm: warm-up, update ratio, batch, buffer")
+
+    def __post_init__(self) -> None:
+        if self.learning_rate <= 0.0 or not 0.0 < self.tau <= 1.0 or not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(
+                f"need learning_rate > 0, tau in (0, 1], gamma in [0, 1]; got {self.learning_rate}, {self.tau}, "
+                f"{self.gamma}"
+            )
+        if self.ent_coef < 0.0 or self.n_step < 1:
+            raise ValueError(f"need ent_coef >= 0 and n_step >= 1, got {self.ent_coef}, {self.n_step}")
+        for name in ("priority_alpha", "priority_beta"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+class SAC:
+    """One SAC update per replay batch: critic regression, actor step, temperature step, target averaging."""
+
+    def __init__(self, config: SACConfig, policy, action_dim: int, obs_dim: int, device) -> None:
+        self.config, self.policy = config, policy
+        self.critic = QCritic(
+            obs_dim, action_dim, config.critic_hidden, config.critic_activation, num_critics=2,
+            normalize_obs=policy.normalizer.enabled,
+        ).to(device)  # fmt: skip
+        self.critic.normalizer = policy.normalizer  # one observation normalizer for actor and critics
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.target_critic.normalizer = policy.normalizer
+        self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
+        self.critic_optimizer = torch.optim.Adam(self._critic_parameters(), lr=config.learning_rate)
+        self.auto_temperature = config.ent_coef == 0.0
+        self.log_alpha = torch.zeros((), device=device, requires_grad=self.auto_temperature)
+        if not self.auto_temperature:
+            self.log_alpha.fill_(float(torch.log(torch.tensor(config.ent_coef))))
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.learning_rate)
+        self.target_entropy = config.target_entropy or -float(action_dim)
+
+    def _critic_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for net in self.critic.nets for p in net.parameters()]
+
+    def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, torch.Tensor]:
+        config, policy = self.config, self.policy
+        alpha = self.log_alpha.detach().exp()
+        with torch.no_grad():
+            next_action, next_log_prob = policy.rsample(batch["next_obs"])
+            next_q = self.target_critic(batch["next_obs"], next_action)  # [C, B]
+            target = soft_q_target(
+                batch["reward"], batch["discount"], batch["terminated"], next_q, next_log_prob, alpha
+            )
+        q = self.critic(batch["obs"], batch["action"])  # [C, B]
+        critic_loss, td_error = q_regression_loss(q, target, batch["weights"], scale=0.5)
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optimizer.step()
+
+        action, log_prob = policy.rsample(batch["obs"])
+        critic_params = self._critic_parameters()
+        for p in critic_params:
+            p.requires_grad_(False)
+        actor_loss = sac_actor_loss(self.critic(batch["obs"], action), log_prob, alpha)
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optimizer.step()
+        for p in critic_params:
+            p.requires_grad_(True)
+
+        metrics = {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "alpha": alpha,
+                   "entropy": -log_prob.detach().mean(), "q_mean": q.detach().mean(), "td_error": td_error}  # fmt: skip
+        if self.auto_temperature:
+            alpha_loss = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
+            self.alpha_optimizer.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_optimizer.step()
+            metrics["alpha_loss"] = alpha_loss.detach()
+        polyak_update([p for net in self.target_critic.nets for p in net.parameters()], critic_params, config.tau)
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "alpha_optimizer": self.alpha_optimizer.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+
+
+def build_sac_loop(config: SACConfig, env, policy, seed: int = 0, env_id: str = "") -> OffPolicyLoop:
+    """SAC over ``policy`` (a squashed Gaussian) with its replay buffer, on the off-policy loop."""
+    from robopt.policies.gaussian import GaussianPolicy
+
+    if not isinstance(policy, GaussianPolicy) or not policy.squash:
+        raise ConfigError("algo.name=sac needs policy.name=gaussian with policy.squash=true (a tanh-squashed Gaussian)")
+    schedule = config.loop
+    per_env = max(1, -(-schedule.buffer_size // env.num_envs))
+    storage = ReplayStorage(per_env, env.num_envs, env.obs_dim, env.action_dim, device=env.device)
+    if config.sampler == "prioritized":
+        sampler = PrioritizedSampler(storage.capacity, config.priority_alpha, config.priority_beta, device=env.device)
+    else:
+        sampler = UniformSampler(storage.capacity, device=env.device)
+    transforms = (NStep(config.n_step, config.gamma),) if config.n_step > 1 else ()
+    replay = ReplayBuffer(storage, sampler, transforms, gamma=config.gamma, batch_size=schedule.batch_size)
+    algorithm = SAC(config, policy, env.action_dim, env.obs_dim, env.device)
+    return OffPolicyLoop(env, policy, algorithm, replay, schedule, seed=seed)

@@ -1,0 +1,79 @@
+"""SAC on the off-policy loop: exact resume with the replay buffer, prioritized and n-step replay, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from robopt.checkpoint import load_checkpoint
+from robopt.config import ConfigError, ExperimentConfig, build_dataclass
+from robopt.runner import LAST_CHECKPOINT, build_loop, train
+
+
+def sac_config(tmp_path, **algo) -> ExperimentConfig:
+    loop = {"learning_starts": 200, "batch_size": 64, "buffer_size": 5000, "iteration_steps": 200,
+            **algo.pop("loop", {})}  # fmt: skip
+    return build_dataclass(
+        ExperimentConfig,
+        {
+            "name": "sac_small",
+            "seed": 1,
+            "total_steps": 1000,
+            "env": {"id": "Pendulum-v1", "num_envs": 2},
+            "policy": {
+                "name": "gaussian",
+                "squash": True,
+                "hidden": [32, 32],
+                "activation": "relu",
+                "normalize_obs": False,
+            },  # fmt: skip
+            "algo": {"name": "sac", "critic_hidden": [32, 32], "loop": loop, **algo},
+            "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 2, "checkpoint_every": 1},
+        },
+    )
+
+
+def test_resume_with_the_replay_buffer_continues_exactly(tmp_path):
+    config = sac_config(tmp_path)
+    full = train(config)
+    first = train(config, stop_at_iteration=2)
+    checkpoint = load_checkpoint(first.run_dir / LAST_CHECKPOINT)["loop"]
+    assert checkpoint["iteration"] == 2 and checkpoint["replay"]["storage"] is not None
+    resumed = train(config, resume_dir=first.run_dir)
+    assert resumed.env_steps == full.env_steps == 1000
+    a = load_checkpoint(full.run_dir / LAST_CHECKPOINT)["loop"]
+    b = load_checkpoint(resumed.run_dir / LAST_CHECKPOINT)["loop"]
+    for key, value in a["policy"].items():
+        torch.testing.assert_close(b["policy"][key], value, rtol=0, atol=0)
+    for key, value in a["algorithm"]["critic"].items():
+        torch.testing.assert_close(b["algorithm"]["critic"][key], value, rtol=0, atol=0)
+
+
+def test_prioritized_n_step_sac_updates_priorities(tmp_path):
+    config = sac_config(tmp_path, sampler="prioritized", n_step=3)
+    loop = build_loop(config, initialize=True)
+    try:
+        for _ in range(3):
+            metrics = loop.iteration(0.5)
+    finally:
+        loop.env.close()
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    sampler = loop.replay.sampler
+    leaves = sampler.priority(torch.arange(loop.replay.size))
+    assert float(leaves.max()) > float(leaves.min())  # TD errors moved the priorities off the initial maximum
+    assert sampler.beta > 0.4  # annealed towards 1
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"policy": {"name": "gaussian", "squash": False}}, "needs policy.name=gaussian with policy.squash=true"),
+        ({"algo": {"name": "sac", "loop": {"buffer_size": 32, "batch_size": 64}}}, "smaller than loop.batch_size"),
+        ({"algo": {"name": "sac", "priority_alpha": 1.5}}, "priority_alpha must be in [0, 1]"),
+        ({"algo": {"name": "sac", "sampler": "rank"}}, "'rank' is not allowed; allowed: uniform, prioritized"),
+    ],
+)
+def test_bad_sac_input_is_one_line(tmp_path, override, message):
+    base = {"env": {"id": "Pendulum-v1"}, "policy": {"name": "gaussian", "squash": True}, "algo": {"name": "sac"}}
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        build_loop(build_dataclass(ExperimentConfig, {**base, **override}), initialize=True)
