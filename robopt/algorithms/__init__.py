@@ -49,3 +49,8 @@ register_algorithm("bc", AlgorithmSpec(BCConfig, BehaviorCloningLoop, "pretrain"
 from robopt.algorithms.sac import SACConfig, build_sac_loop  # noqa: E402
 
 register_algorithm("sac", AlgorithmSpec(SACConfig, build_sac_loop, "off_policy", "SAC: twin Q, auto temperature"))
+
+from robopt.algorithms.td3 import DDPGConfig, TD3Config, build_td3_loop  # noqa: E402
+
+register_algorithm("td3", AlgorithmSpec(TD3Config, build_td3_loop, "off_policy", "TD3: clipped double-Q, delays"))
+register_algorithm("ddpg", AlgorithmSpec(DDPGConfig, build_td3_loop, "off_policy", "DDPG: TD3 with one critic"))

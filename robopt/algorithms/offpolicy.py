@@ -78,6 +78,8 @@ class OffPolicyLoop:
         for _ in range(self.schedule.train_freq):
             if self.env_steps < self.schedule.learning_starts:
                 action = self._random_action()
+            elif hasattr(self.algorithm, "explore"):  # deterministic actors (TD3, DDPG) add their own noise
+                action = self.algorithm.explore(self.obs, self.generator)
             else:
                 action, _ = self.policy.act(self.obs)
             action = torch.maximum(torch.minimum(action, env.action_high), env.action_low)
@@ -156,3 +158,21 @@ class OffPolicyLoop:
         if state.get("env") is not None and hasattr(self.env, "load_state_dict"):
             self.env.load_state_dict(state["env"])
             self.obs = state["obs"].to(self.env.device)
+
+
+def build_replay(config, env) -> ReplayBuffer:
+    """The replay buffer an off-policy algorithm config describes (``sampler``, ``priority_alpha``,
+    ``priority_beta``, ``n_step``, ``gamma`` and ``loop``), on the env's device."""
+    from robopt.buffers.replay import ReplayStorage
+    from robopt.buffers.samplers import PrioritizedSampler, UniformSampler
+    from robopt.buffers.transforms import NStep
+
+    schedule = config.loop
+    per_env = max(1, -(-schedule.buffer_size // env.num_envs))
+    storage = ReplayStorage(per_env, env.num_envs, env.obs_dim, env.action_dim, device=env.device)
+    if config.sampler == "prioritized":
+        sampler = PrioritizedSampler(storage.capacity, config.priority_alpha, config.priority_beta, device=env.device)
+    else:
+        sampler = UniformSampler(storage.capacity, device=env.device)
+    transforms = (NStep(config.n_step, config.gamma),) if config.n_step > 1 else ()
+    return ReplayBuffer(storage, sampler, transforms, gamma=config.gamma, batch_size=schedule.batch_size)

@@ -13,10 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule
-from robopt.buffers.replay import ReplayBuffer, ReplayStorage
-from robopt.buffers.samplers import PrioritizedSampler, UniformSampler
-from robopt.buffers.transforms import NStep
+from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule, build_replay
 from robopt.config import ConfigError, option
 from robopt.core.q_losses import polyak_update, q_regression_loss, sac_actor_loss, soft_q_target, temperature_loss
 from robopt.policies.critics import QCritic
@@ -139,14 +136,6 @@ def build_sac_loop(config: SACConfig, env, policy, seed: int = 0, env_id: str = 
 
     if not isinstance(policy, GaussianPolicy) or not policy.squash:
         raise ConfigError("algo.name=sac needs policy.name=gaussian with policy.squash=true (a tanh-squashed Gaussian)")
-    schedule = config.loop
-    per_env = max(1, -(-schedule.buffer_size // env.num_envs))
-    storage = ReplayStorage(per_env, env.num_envs, env.obs_dim, env.action_dim, device=env.device)
-    if config.sampler == "prioritized":
-        sampler = PrioritizedSampler(storage.capacity, config.priority_alpha, config.priority_beta, device=env.device)
-    else:
-        sampler = UniformSampler(storage.capacity, device=env.device)
-    transforms = (NStep(config.n_step, config.gamma),) if config.n_step > 1 else ()
-    replay = ReplayBuffer(storage, sampler, transforms, gamma=config.gamma, batch_size=schedule.batch_size)
+    replay = build_replay(config, env)
     algorithm = SAC(config, policy, env.action_dim, env.obs_dim, env.device)
-    return OffPolicyLoop(env, policy, algorithm, replay, schedule, seed=seed)
+    return OffPolicyLoop(env, policy, algorithm, replay, config.loop, seed=seed)

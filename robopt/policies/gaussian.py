@@ -95,6 +95,10 @@ class GaussianPolicy(nn.Module):
             info["pre_tanh"] = sample
         return self._to_env(sample), info
 
+    def mean_action(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action mu(s) in env units [B, A], differentiable (TD3 and DDPG's actor)."""
+        return self._to_env(self._mean(obs))
+
     def rsample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterized sample in env units [B, A] and its log-probability [B], both differentiable (SAC)."""
         mean, log_std = self._mean(obs), self.log_std

@@ -1,4 +1,5 @@
-"""SAC on the off-policy loop: exact resume with the replay buffer, prioritized and n-step replay, bad input."""
+"""SAC, TD3 and DDPG on the off-policy loop: exact resume with the replay buffer, prioritized and n-step replay,
+bad input."""
 
 from __future__ import annotations
 
@@ -27,14 +28,15 @@ def sac_config(tmp_path, **algo) -> ExperimentConfig:
                 "activation": "relu",
                 "normalize_obs": False,
             },  # fmt: skip
-            "algo": {"name": "sac", "critic_hidden": [32, 32], "loop": loop, **algo},
+            "algo": {"name": algo.pop("name", "sac"), "critic_hidden": [32, 32], "loop": loop, **algo},
             "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 2, "checkpoint_every": 1},
         },
     )
 
 
-def test_resume_with_the_replay_buffer_continues_exactly(tmp_path):
-    config = sac_config(tmp_path)
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_resume_with_the_replay_buffer_continues_exactly(tmp_path, algo):
+    config = sac_config(tmp_path, name=algo)
     full = train(config)
     first = train(config, stop_at_iteration=2)
     checkpoint = load_checkpoint(first.run_dir / LAST_CHECKPOINT)["loop"]
@@ -77,3 +79,26 @@ def test_bad_sac_input_is_one_line(tmp_path, override, message):
     base = {"env": {"id": "Pendulum-v1"}, "policy": {"name": "gaussian", "squash": True}, "algo": {"name": "sac"}}
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         build_loop(build_dataclass(ExperimentConfig, {**base, **override}), initialize=True)
+
+
+def test_ddpg_is_td3_with_one_critic_no_smoothing_and_no_delay(tmp_path):
+    loop = build_loop(sac_config(tmp_path, name="ddpg"), initialize=True)
+    try:
+        algorithm = loop.algorithm
+        assert len(algorithm.critic.nets) == 1 and algorithm.config.policy_delay == 1
+        assert algorithm.config.target_noise == 0.0
+        for _ in range(2):
+            metrics = loop.iteration(0.0)
+        assert "actor_loss" in metrics  # the actor moves at every update
+        # phases of 2 env steps (N = 2), 100 per iteration; updates start in the phase that reaches the 200 warm-up
+        # steps (the 100th of iteration 1), then one per phase: 1 + 100
+        assert algorithm.updates == 101
+    finally:
+        loop.env.close()
+    td3 = build_loop(sac_config(tmp_path, name="td3"), initialize=True)
+    assert len(td3.algorithm.critic.nets) == 2 and td3.algorithm.config.policy_delay == 2
+    td3.env.close()
+    with pytest.raises(ConfigError, match="need policy.name=gaussian with policy.squash=true"):
+        build_loop(
+            build_dataclass(ExperimentConfig, {"env": {"id": "Pendulum-v1"}, "algo": {"name": "td3"}}), initialize=True
+        )

@@ -1,0 +1,160 @@
+"""TD3 (Fujimoto et al. 2018) on the off-policy loop; DDPG (Lillicrap et al. 2016) is a TD3 config.
+
+Shapes: B batch, C critics, A action dim. TD3 = clipped double-Q targets, target policy smoothing and delayed
+actor and target updates. DDPG is the same update with one critic, no smoothing and no delay
+(``algo.name: ddpg`` only changes those defaults). The deterministic actor is the mean of robopt's squashed
+Gaussian policy (``mean_action``; its log-std is unused); exploration adds Gaussian noise in action space.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+
+from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule, build_replay
+from robopt.config import ConfigError, option
+from robopt.core.q_losses import (
+    deterministic_actor_loss,
+    polyak_update,
+    q_regression_loss,
+    smoothed_target_action,
+    soft_q_target,
+)
+from robopt.policies.critics import QCritic
+
+
+@dataclass(frozen=True)
+class TD3Config:
+    learning_rate: float = option(1e-3, "Adam learning rate of actor and critics")
+    gamma: float = option(0.99, "discount factor")
+    tau: float = option(0.005, "Polyak factor of the target actor and critics")
+    num_critics: int = option(2, "Q networks (2: clipped double-Q; DDPG uses 1)")
+    policy_delay: int = option(2, "critic updates per actor and target update (DDPG: 1)")
+    target_noise: float = option(0.2, "std of the target policy smoothing noise, in half-ranges (DDPG: 0)")
+    target_noise_clip: float = option(0.5, "clip of the smoothing noise, in half-ranges")
+    exploration_noise: float = option(0.1, "std of the Gaussian exploration noise, in half-ranges of the action")
+    critic_hidden: tuple[int, ...] = option((256, 256), "hidden widths of each Q network")
+    critic_activation: str = option("relu", "hidden activation of the Q networks", ("tanh", "relu", "elu", "silu"))
+    sampler: str = option("uniform", "replay sampler", ("uniform", "prioritized"))
+    priority_alpha: float = option(0.6, "prioritized replay: priority exponent alpha in [0, 1]")
+    priority_beta: float = option(0.4, "prioritized replay: initial importance exponent beta in [0, 1], annealed to 1")
+    n_step: int = option(1, "n-step returns (1: one-step targets)")
+    loop: OffPolicySchedule = option(OffPolicySchedule(), "loop rhythm: warm-up, update ratio, batch, buffer")
+
+    def __post_init__(self) -> None:
+        if self.learning_rate <= 0.0 or not 0.0 < self.tau <= 1.0 or not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"need learning_rate > 0, tau in (0, 1], gamma in [0, 1]; got {self.learning_rate}, "
+                             f"{self.tau}, {self.gamma}")  # fmt: skip
+        if self.num_critics < 1 or self.policy_delay < 1 or self.n_step < 1:
+            raise ValueError(f"num_critics, policy_delay and n_step must be >= 1, got {self.num_critics}, "
+                             f"{self.policy_delay}, {self.n_step}")  # fmt: skip
+        if min(self.target_noise, self.target_noise_clip, self.exploration_noise) < 0.0:
+            raise ValueError("target_noise, target_noise_clip and exploration_noise must be >= 0")
+        for name in ("priority_alpha", "priority_beta"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class DDPGConfig(TD3Config):
+    num_critics: int = option(1, "Q networks (DDPG: 1)")
+    policy_delay: int = option(1, "critic updates per actor and target update (DDPG: 1)")
+    target_noise: float = option(0.0, "std of the target policy smoothing noise (DDPG: none)")
+
+
+class TD3:
+    """Critic regression every update; actor, target actor and target critics every ``policy_delay`` updates."""
+
+    def __init__(self, config: TD3Config, policy, env) -> None:
+        self.config, self.policy = config, policy
+        self.low, self.high = env.action_low, env.action_high
+        self.half_range = (env.action_high - env.action_low) / 2
+        self.critic = QCritic(
+            env.obs_dim, env.action_dim, config.critic_hidden, config.critic_activation, config.num_critics,
+            normalize_obs=policy.normalizer.enabled,
+        ).to(env.device)  # fmt: skip
+        self.critic.normalizer = policy.normalizer
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.target_critic.normalizer = policy.normalizer
+        self.target_policy = copy.deepcopy(policy).requires_grad_(False)
+        self.actor_params = [p for name, p in policy.named_parameters() if name != "log_std"]
+        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=config.learning_rate)
+        self.critic_optimizer = torch.optim.Adam(self._critic_parameters(), lr=config.learning_rate)
+        self.updates = 0
+
+    def _critic_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for net in self.critic.nets for p in net.parameters()]
+
+    @torch.no_grad()
+    def explore(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """mu(s) plus Gaussian noise of ``exploration_noise`` half-ranges, clipped to the bounds [N, A]."""
+        action = self.policy.mean_action(obs)
+        noise = torch.randn(action.shape, generator=generator, device=action.device, dtype=action.dtype)
+        action = action + noise * self.config.exploration_noise * self.half_range
+        return torch.maximum(torch.minimum(action, self.high), self.low)
+
+    def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, torch.Tensor]:
+        config = self.config
+        with torch.no_grad():
+            next_action = self.target_policy.mean_action(batch["next_obs"])
+            scale = self.half_range.mean()
+            next_action = smoothed_target_action(
+                next_action, float(config.target_noise * scale), float(config.target_noise_clip * scale),
+                self.low, self.high,
+            )  # fmt: skip
+            next_q = self.target_critic(batch["next_obs"], next_action)  # [C, B]
+            target = soft_q_target(batch["reward"], batch["discount"], batch["terminated"], next_q)
+        q = self.critic(batch["obs"], batch["action"])  # [C, B]
+        critic_loss, td_error = q_regression_loss(q, target, batch["weights"], scale=1.0)
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optimizer.step()
+        self.updates += 1
+        metrics = {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean(), "td_error": td_error}
+        if self.updates % config.policy_delay == 0:
+            critic_params = self._critic_parameters()
+            for p in critic_params:
+                p.requires_grad_(False)
+            actor_loss = deterministic_actor_loss(self.critic(batch["obs"], self.policy.mean_action(batch["obs"]))[0])
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self.actor_optimizer.step()
+            for p in critic_params:
+                p.requires_grad_(True)
+            polyak_update([p for net in self.target_critic.nets for p in net.parameters()], critic_params, config.tau)
+            target_actor = [p for name, p in self.target_policy.named_parameters() if name != "log_std"]
+            polyak_update(target_actor, self.actor_params, config.tau)
+            metrics["actor_loss"] = actor_loss.detach()
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "target_policy": self.target_policy.state_dict(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        self.target_policy.load_state_dict(state["target_policy"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.updates = int(state["updates"])
+
+
+def build_td3_loop(config: TD3Config, env, policy, seed: int = 0, env_id: str = "") -> OffPolicyLoop:
+    """TD3 (or DDPG) over the squashed Gaussian policy's mean, with its replay buffer, on the off-policy loop."""
+    from robopt.policies.gaussian import GaussianPolicy
+
+    if not isinstance(policy, GaussianPolicy) or not policy.squash:
+        raise ConfigError(
+            "algo.name=td3 and ddpg need policy.name=gaussian with policy.squash=true (its tanh mean is the actor)"
+        )
+    replay = build_replay(config, env)
+    return OffPolicyLoop(env, policy, TD3(config, policy, env), replay, config.loop, seed=seed)
