@@ -33,13 +33,20 @@ class OffPolicySchedule:
     save_buffer: bool = option(True, "save the replay buffer in checkpoints when under save_buffer_limit_mb")
     save_buffer_limit_mb: int = option(2048, "largest replay buffer saved with a checkpoint, in MB")
     iteration_steps: int = option(1000, "env steps (summed over envs) per logged iteration: whole update phases")
+    sampler: str = option("uniform", "replay sampler", ("uniform", "prioritized"))
+    priority_alpha: float = option(0.6, "prioritized replay: priority exponent alpha in [0, 1]")
+    priority_beta: float = option(0.4, "prioritized replay: initial importance exponent beta in [0, 1], annealed to 1")
+    n_step: int = option(1, "n-step returns (1: one-step targets)")
 
     def __post_init__(self) -> None:
-        for name in ("train_freq", "gradient_steps", "batch_size", "buffer_size", "iteration_steps"):
+        for name in ("train_freq", "gradient_steps", "batch_size", "buffer_size", "iteration_steps", "n_step"):
             if getattr(self, name) < 1:
                 raise ValueError(f"loop.{name} must be >= 1, got {getattr(self, name)}")
         if self.learning_starts < 0:
             raise ValueError(f"loop.learning_starts must be >= 0, got {self.learning_starts}")
+        for name in ("priority_alpha", "priority_beta"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"loop.{name} must be in [0, 1], got {getattr(self, name)}")
         if self.buffer_size < self.batch_size:
             raise ValueError(f"loop.buffer_size {self.buffer_size} is smaller than loop.batch_size {self.batch_size}")
 
@@ -160,19 +167,19 @@ class OffPolicyLoop:
             self.obs = state["obs"].to(self.env.device)
 
 
-def build_replay(config, env) -> ReplayBuffer:
-    """The replay buffer an off-policy algorithm config describes (``sampler``, ``priority_alpha``,
-    ``priority_beta``, ``n_step``, ``gamma`` and ``loop``), on the env's device."""
+def build_replay(schedule: OffPolicySchedule, gamma: float, env) -> ReplayBuffer:
+    """The replay buffer ``schedule`` describes (size, sampler, n-step) for discount ``gamma``, on the env's device."""
     from robopt.buffers.replay import ReplayStorage
     from robopt.buffers.samplers import PrioritizedSampler, UniformSampler
     from robopt.buffers.transforms import NStep
 
-    schedule = config.loop
     per_env = max(1, -(-schedule.buffer_size // env.num_envs))
     storage = ReplayStorage(per_env, env.num_envs, env.obs_dim, env.action_dim, device=env.device)
-    if config.sampler == "prioritized":
-        sampler = PrioritizedSampler(storage.capacity, config.priority_alpha, config.priority_beta, device=env.device)
+    if schedule.sampler == "prioritized":
+        sampler = PrioritizedSampler(
+            storage.capacity, schedule.priority_alpha, schedule.priority_beta, device=env.device
+        )
     else:
         sampler = UniformSampler(storage.capacity, device=env.device)
-    transforms = (NStep(config.n_step, config.gamma),) if config.n_step > 1 else ()
-    return ReplayBuffer(storage, sampler, transforms, gamma=config.gamma, batch_size=schedule.batch_size)
+    transforms = (NStep(schedule.n_step, gamma),) if schedule.n_step > 1 else ()
+    return ReplayBuffer(storage, sampler, transforms, gamma=gamma, batch_size=schedule.batch_size)

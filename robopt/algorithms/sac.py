@@ -18,8 +18,6 @@ from robopt.config import ConfigError, option
 from robopt.core.q_losses import polyak_update, q_regression_loss, sac_actor_loss, soft_q_target, temperature_loss
 from robopt.policies.critics import QCritic
 
-SAMPLERS = ("uniform", "prioritized")
-
 
 @dataclass(frozen=True)
 class SACConfig:
@@ -30,10 +28,6 @@ class SACConfig:
     target_entropy: float = option(0.0, "target entropy of the automatic temperature; 0 means -action_dim")
     critic_hidden: tuple[int, ...] = option((256, 256), "hidden widths of each Q network")
     critic_activation: str = option("relu", "hidden activation of the Q networks", ("tanh", "relu", "elu", "silu"))
-    sampler: str = option("uniform", "replay sampler", SAMPLERS)
-    priority_alpha: float = option(0.6, "prioritized replay: priority exponent alpha in [0, 1]")
-    priority_beta: float = option(0.4, "prioritized replay: initial importance exponent beta in [0, 1], annealed to 1")
-    n_step: int = option(1, "n-step returns (1: one-step targets)")
     loop: OffPolicySchedule = option(OffPolicySchedule(), "loop rhythm: warm-up, update ratio, batch, buffer")
 
     def __post_init__(self) -> None:
@@ -42,11 +36,8 @@ class SACConfig:
                 f"need learning_rate > 0, tau in (0, 1], gamma in [0, 1]; got {self.learning_rate}, {self.tau}, "
                 f"{self.gamma}"
             )
-        if self.ent_coef < 0.0 or self.n_step < 1:
-            raise ValueError(f"need ent_coef >= 0 and n_step >= 1, got {self.ent_coef}, {self.n_step}")
-        for name in ("priority_alpha", "priority_beta"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.ent_coef < 0.0:
+            raise ValueError(f"ent_coef must be >= 0 (0: automatic), got {self.ent_coef}")
 
 
 class SAC:
@@ -136,6 +127,6 @@ def build_sac_loop(config: SACConfig, env, policy, seed: int = 0, env_id: str = 
 
     if not isinstance(policy, GaussianPolicy) or not policy.squash:
         raise ConfigError("algo.name=sac needs policy.name=gaussian with policy.squash=true (a tanh-squashed Gaussian)")
-    replay = build_replay(config, env)
+    replay = build_replay(config.loop, config.gamma, env)
     algorithm = SAC(config, policy, env.action_dim, env.obs_dim, env.device)
     return OffPolicyLoop(env, policy, algorithm, replay, config.loop, seed=seed)

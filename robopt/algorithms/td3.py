@@ -37,24 +37,16 @@ class TD3Config:
     exploration_noise: float = option(0.1, "std of the Gaussian exploration noise, in half-ranges of the action")
     critic_hidden: tuple[int, ...] = option((256, 256), "hidden widths of each Q network")
     critic_activation: str = option("relu", "hidden activation of the Q networks", ("tanh", "relu", "elu", "silu"))
-    sampler: str = option("uniform", "replay sampler", ("uniform", "prioritized"))
-    priority_alpha: float = option(0.6, "prioritized replay: priority exponent alpha in [0, 1]")
-    priority_beta: float = option(0.4, "prioritized replay: initial importance exponent beta in [0, 1], annealed to 1")
-    n_step: int = option(1, "n-step returns (1: one-step targets)")
     loop: OffPolicySchedule = option(OffPolicySchedule(), "loop rhythm: warm-up, update ratio, batch, buffer")
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0.0 or not 0.0 < self.tau <= 1.0 or not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"need learning_rate > 0, tau in (0, 1], gamma in [0, 1]; got {self.learning_rate}, "
                              f"{self.tau}, {self.gamma}")  # fmt: skip
-        if self.num_critics < 1 or self.policy_delay < 1 or self.n_step < 1:
-            raise ValueError(f"num_critics, policy_delay and n_step must be >= 1, got {self.num_critics}, "
-                             f"{self.policy_delay}, {self.n_step}")  # fmt: skip
+        if self.num_critics < 1 or self.policy_delay < 1:
+            raise ValueError(f"num_critics and policy_delay must be >= 1, got {self.num_critics}, {self.policy_delay}")
         if min(self.target_noise, self.target_noise_clip, self.exploration_noise) < 0.0:
             raise ValueError("target_noise, target_noise_clip and exploration_noise must be >= 0")
-        for name in ("priority_alpha", "priority_beta"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -156,5 +148,5 @@ def build_td3_loop(config: TD3Config, env, policy, seed: int = 0, env_id: str = 
         raise ConfigError(
             "algo.name=td3 and ddpg need policy.name=gaussian with policy.squash=true (its tanh mean is the actor)"
         )
-    replay = build_replay(config, env)
+    replay = build_replay(config.loop, config.gamma, env)
     return OffPolicyLoop(env, policy, TD3(config, policy, env), replay, config.loop, seed=seed)

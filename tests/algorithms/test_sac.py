@@ -52,7 +52,7 @@ def test_resume_with_the_replay_buffer_continues_exactly(tmp_path, algo):
 
 
 def test_prioritized_n_step_sac_updates_priorities(tmp_path):
-    config = sac_config(tmp_path, sampler="prioritized", n_step=3)
+    config = sac_config(tmp_path, loop={"sampler": "prioritized", "n_step": 3})
     loop = build_loop(config, initialize=True)
     try:
         for _ in range(3):
@@ -71,8 +71,8 @@ def test_prioritized_n_step_sac_updates_priorities(tmp_path):
     [
         ({"policy": {"name": "gaussian", "squash": False}}, "needs policy.name=gaussian with policy.squash=true"),
         ({"algo": {"name": "sac", "loop": {"buffer_size": 32, "batch_size": 64}}}, "smaller than loop.batch_size"),
-        ({"algo": {"name": "sac", "priority_alpha": 1.5}}, "priority_alpha must be in [0, 1]"),
-        ({"algo": {"name": "sac", "sampler": "rank"}}, "'rank' is not allowed; allowed: uniform, prioritized"),
+        ({"algo": {"name": "sac", "loop": {"priority_alpha": 1.5}}}, "loop.priority_alpha must be in [0, 1]"),
+        ({"algo": {"name": "sac", "loop": {"sampler": "rank"}}}, "'rank' is not allowed"),
     ],
 )
 def test_bad_sac_input_is_one_line(tmp_path, override, message):
