@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig
 from robopt.envs.render import DEFAULT_HEIGHT, DEFAULT_WIDTH, NativeRowRenderer, gymnasium_camera_kwargs
-from robopt.runner import LAST_CHECKPOINT, build_env, build_policy, load_run_config
+from robopt.runner import LAST_CHECKPOINT, available_device, build_env, build_policy, load_run_config
 
 
 @dataclass(frozen=True)
@@ -122,9 +122,7 @@ def video_config(config: ExperimentConfig) -> ExperimentConfig:
     """
     from robopt.envs.registry import resolve_backend
 
-    device = torch.device(config.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        device = torch.device("cpu")
+    device = available_device(config.device)
     kwargs = dict(config.env.kwargs)
     try:
         backend = resolve_backend(config.env.id, config.env.backend, device, config.env.num_envs, bool(kwargs))

@@ -30,6 +30,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def available_device(name: str) -> torch.device:
+    """``name`` as a torch device, or the CPU when it names CUDA on a machine without a GPU (eval, video, collect)."""
+    device = torch.device(name)
+    return torch.device("cpu") if device.type == "cuda" and not torch.cuda.is_available() else device
+
+
 def build_env(config: ExperimentConfig, num_envs: int | None = None, **extra):
     """The VecEnv of a config; env construction errors become one-line ConfigErrors."""
     try:

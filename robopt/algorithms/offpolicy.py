@@ -11,7 +11,10 @@ many whole phases as make ``iteration_steps`` env steps. Algorithms (SAC; TD3 an
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -80,8 +83,13 @@ class OffPolicyLoop:
         return env.action_low + unit * (env.action_high - env.action_low)
 
     @torch.no_grad()
-    def collect(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def collect(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``train_freq`` env steps into the replay; returns (episode return [S, N], length [S, N], all finite []).
+
+        Nothing here waits on the device: episode stats are masked and observations checked once per iteration.
+        """
         env, returns, lengths = self.env, [], []
+        finite = torch.ones((), dtype=torch.bool, device=env.device)
         for _ in range(self.schedule.train_freq):
             if self.env_steps < self.schedule.learning_starts:
                 action = self._random_action()
@@ -91,29 +99,35 @@ class OffPolicyLoop:
                 action, _ = self.policy.act(self.obs)
             action = torch.maximum(torch.minimum(action, env.action_high), env.action_low)
             next_obs, reward, terminated, truncated, info = env.step(action)
-            if not bool(torch.isfinite(next_obs).all() and torch.isfinite(reward).all()):
-                raise NonFiniteError(f"non-finite observation or reward from env {env.env_id}")
+            finite &= torch.isfinite(next_obs).all() & torch.isfinite(reward).all()
             self.replay.extend(self.obs, action, reward, info["final_obs"], terminated, truncated)
-            ended = info["episode_length"] > 0
-            returns.append(info["episode_return"][ended])
-            lengths.append(info["episode_length"][ended])
+            returns.append(info["episode_return"])
+            lengths.append(info["episode_length"])
             self.obs = next_obs
             self.env_steps += env.num_envs
-        return returns, lengths
+        return torch.stack(returns), torch.stack(lengths), finite
 
     def iteration(self, progress: float) -> dict[str, float]:
-        returns, lengths, sums, updates = [], [], {}, 0
+        returns, lengths, finite, sums, updates = [], [], [], {}, 0
         for _ in range(self.phases_per_iteration):
-            phase_returns, phase_lengths = self.collect()
-            returns += phase_returns
-            lengths += phase_lengths
+            phase_returns, phase_lengths, phase_finite = self.collect()
+            returns.append(phase_returns)
+            lengths.append(phase_lengths)
+            finite.append(phase_finite)
             updates += self._update_phase(progress, sums)
         self.iteration_count += 1
+        # checked once per iteration, as on-policy: a failing iteration is never checkpointed
+        if not bool(torch.stack(finite).all()):
+            raise NonFiniteError(
+                f"iteration {self.iteration_count}: non-finite observation or reward from env {self.env.env_id}"
+            )
         values = {key: float(value) / updates for key, value in sums.items()}
         for name, value in values.items():
             if not math.isfinite(value):
                 raise NonFiniteError(f"iteration {self.iteration_count}: non-finite {name} ({value})")
-        episode_return, episode_length = torch.cat(returns), torch.cat(lengths)
+        episode_length = torch.cat(lengths)  # [S, N] over the iteration's steps
+        ended = episode_length > 0
+        episode_return, episode_length = torch.cat(returns)[ended], episode_length[ended]
         if episode_return.numel() > 0:
             values["episode_return"] = float(episode_return.mean())
             values["episode_length"] = float(episode_length.float().mean())
@@ -183,3 +197,34 @@ def build_replay(schedule: OffPolicySchedule, gamma: float, env) -> ReplayBuffer
         sampler = UniformSampler(storage.capacity, device=env.device)
     transforms = (NStep(schedule.n_step, gamma),) if schedule.n_step > 1 else ()
     return ReplayBuffer(storage, sampler, transforms, gamma=gamma, batch_size=schedule.batch_size)
+
+
+def q_critics(policy, env, hidden, activation: str, num_critics: int):
+    """Online state-action critics and their gradient-free target copy; both read the policy's obs normalizer."""
+    from robopt.policies.critics import QCritic
+
+    critic = QCritic(env.obs_dim, env.action_dim, hidden, activation, num_critics, policy.normalizer.enabled)
+    critic = critic.to(env.device)
+    critic.normalizer = policy.normalizer  # one observation normalizer for actor and critics (buffers only)
+    target = copy.deepcopy(critic).requires_grad_(False)
+    target.normalizer = policy.normalizer
+    return critic, target
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+@contextlib.contextmanager
+def frozen(module: torch.nn.Module) -> Iterator[None]:
+    """The module's parameters take no gradient inside (an actor step through the critics)."""
+    parameters = list(module.parameters())
+    for p in parameters:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in parameters:
+            p.requires_grad_(True)

@@ -8,15 +8,20 @@ log-std is state-independent, unlike SB3's state-dependent head; see docs/offpol
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import torch
 
-from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule, build_replay
+from robopt.algorithms.offpolicy import (
+    OffPolicyLoop,
+    OffPolicySchedule,
+    build_replay,
+    frozen,
+    optimizer_step,
+    q_critics,
+)
 from robopt.config import ConfigError, option
 from robopt.core.q_losses import polyak_update, q_regression_loss, sac_actor_loss, soft_q_target, temperature_loss
-from robopt.policies.critics import QCritic
 
 
 @dataclass(frozen=True)
@@ -43,26 +48,18 @@ class SACConfig:
 class SAC:
     """One SAC update per replay batch: critic regression, actor step, temperature step, target averaging."""
 
-    def __init__(self, config: SACConfig, policy, action_dim: int, obs_dim: int, device) -> None:
+    def __init__(self, config: SACConfig, policy, env) -> None:
+        action_dim, device = env.action_dim, env.device
         self.config, self.policy = config, policy
-        self.critic = QCritic(
-            obs_dim, action_dim, config.critic_hidden, config.critic_activation, num_critics=2,
-            normalize_obs=policy.normalizer.enabled,
-        ).to(device)  # fmt: skip
-        self.critic.normalizer = policy.normalizer  # one observation normalizer for actor and critics
-        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.target_critic.normalizer = policy.normalizer
+        self.critic, self.target_critic = q_critics(policy, env, config.critic_hidden, config.critic_activation, 2)
         self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
-        self.critic_optimizer = torch.optim.Adam(self._critic_parameters(), lr=config.learning_rate)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate)
         self.auto_temperature = config.ent_coef == 0.0
         self.log_alpha = torch.zeros((), device=device, requires_grad=self.auto_temperature)
         if not self.auto_temperature:
             self.log_alpha.fill_(float(torch.log(torch.tensor(config.ent_coef))))
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.learning_rate)
         self.target_entropy = config.target_entropy or -float(action_dim)
-
-    def _critic_parameters(self) -> list[torch.nn.Parameter]:
-        return [p for net in self.critic.nets for p in net.parameters()]
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, torch.Tensor]:
         config, policy = self.config, self.policy
@@ -75,30 +72,20 @@ class SAC:
             )
         q = self.critic(batch["obs"], batch["action"])  # [C, B]
         critic_loss, td_error = q_regression_loss(q, target, batch["weights"], scale=0.5)
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optimizer.step()
+        optimizer_step(self.critic_optimizer, critic_loss)
 
         action, log_prob = policy.rsample(batch["obs"])
-        critic_params = self._critic_parameters()
-        for p in critic_params:
-            p.requires_grad_(False)
-        actor_loss = sac_actor_loss(self.critic(batch["obs"], action), log_prob, alpha)
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.actor_optimizer.step()
-        for p in critic_params:
-            p.requires_grad_(True)
+        with frozen(self.critic):
+            actor_loss = sac_actor_loss(self.critic(batch["obs"], action), log_prob, alpha)
+            optimizer_step(self.actor_optimizer, actor_loss)
 
         metrics = {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "alpha": alpha,
                    "entropy": -log_prob.detach().mean(), "q_mean": q.detach().mean(), "td_error": td_error}  # fmt: skip
         if self.auto_temperature:
             alpha_loss = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
-            self.alpha_optimizer.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_optimizer.step()
+            optimizer_step(self.alpha_optimizer, alpha_loss)
             metrics["alpha_loss"] = alpha_loss.detach()
-        polyak_update([p for net in self.target_critic.nets for p in net.parameters()], critic_params, config.tau)
+        polyak_update(self.target_critic.parameters(), self.critic.parameters(), config.tau)
         return metrics
 
     def state_dict(self) -> dict:
@@ -128,5 +115,5 @@ def build_sac_loop(config: SACConfig, env, policy, seed: int = 0, env_id: str = 
     if not isinstance(policy, GaussianPolicy) or not policy.squash:
         raise ConfigError("algo.name=sac needs policy.name=gaussian with policy.squash=true (a tanh-squashed Gaussian)")
     replay = build_replay(config.loop, config.gamma, env)
-    algorithm = SAC(config, policy, env.action_dim, env.obs_dim, env.device)
+    algorithm = SAC(config, policy, env)
     return OffPolicyLoop(env, policy, algorithm, replay, config.loop, seed=seed)

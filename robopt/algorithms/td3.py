@@ -13,7 +13,14 @@ from dataclasses import dataclass
 
 import torch
 
-from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule, build_replay
+from robopt.algorithms.offpolicy import (
+    OffPolicyLoop,
+    OffPolicySchedule,
+    build_replay,
+    frozen,
+    optimizer_step,
+    q_critics,
+)
 from robopt.config import ConfigError, option
 from robopt.core.q_losses import (
     deterministic_actor_loss,
@@ -22,7 +29,6 @@ from robopt.core.q_losses import (
     smoothed_target_action,
     soft_q_target,
 )
-from robopt.policies.critics import QCritic
 
 
 @dataclass(frozen=True)
@@ -63,21 +69,14 @@ class TD3:
         self.config, self.policy = config, policy
         self.low, self.high = env.action_low, env.action_high
         self.half_range = (env.action_high - env.action_low) / 2
-        self.critic = QCritic(
-            env.obs_dim, env.action_dim, config.critic_hidden, config.critic_activation, config.num_critics,
-            normalize_obs=policy.normalizer.enabled,
-        ).to(env.device)  # fmt: skip
-        self.critic.normalizer = policy.normalizer
-        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.target_critic.normalizer = policy.normalizer
+        self.critic, self.target_critic = q_critics(
+            policy, env, config.critic_hidden, config.critic_activation, config.num_critics
+        )
         self.target_policy = copy.deepcopy(policy).requires_grad_(False)
         self.actor_params = [p for name, p in policy.named_parameters() if name != "log_std"]
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=config.learning_rate)
-        self.critic_optimizer = torch.optim.Adam(self._critic_parameters(), lr=config.learning_rate)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate)
         self.updates = 0
-
-    def _critic_parameters(self) -> list[torch.nn.Parameter]:
-        return [p for net in self.critic.nets for p in net.parameters()]
 
     @torch.no_grad()
     def explore(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -100,22 +99,15 @@ class TD3:
             target = soft_q_target(batch["reward"], batch["discount"], batch["terminated"], next_q)
         q = self.critic(batch["obs"], batch["action"])  # [C, B]
         critic_loss, td_error = q_regression_loss(q, target, batch["weights"], scale=1.0)
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optimizer.step()
+        optimizer_step(self.critic_optimizer, critic_loss)
         self.updates += 1
         metrics = {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean(), "td_error": td_error}
         if self.updates % config.policy_delay == 0:
-            critic_params = self._critic_parameters()
-            for p in critic_params:
-                p.requires_grad_(False)
-            actor_loss = deterministic_actor_loss(self.critic(batch["obs"], self.policy.mean_action(batch["obs"]))[0])
-            self.actor_optimizer.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            self.actor_optimizer.step()
-            for p in critic_params:
-                p.requires_grad_(True)
-            polyak_update([p for net in self.target_critic.nets for p in net.parameters()], critic_params, config.tau)
+            with frozen(self.critic):
+                q_first = self.critic(batch["obs"], self.policy.mean_action(batch["obs"]))[0]
+                actor_loss = deterministic_actor_loss(q_first)
+                optimizer_step(self.actor_optimizer, actor_loss)
+            polyak_update(self.target_critic.parameters(), self.critic.parameters(), config.tau)
             target_actor = [p for name, p in self.target_policy.named_parameters() if name != "log_std"]
             polyak_update(target_actor, self.actor_params, config.tau)
             metrics["actor_loss"] = actor_loss.detach()

@@ -81,13 +81,12 @@ def _from_run(run_dir: Path, num_envs: int) -> tuple[object, Callable, dict]:
     """The run's env (its own config, ``num_envs`` rows) and its policy's deterministic action."""
     from robopt.config import config_to_dict
     from robopt.evaluation import load_policy
-    from robopt.runner import build_env, load_run_config
+    from robopt.runner import available_device, build_env, load_run_config
 
     if not run_dir.is_dir():
         raise ConfigError(f"run directory {str(run_dir)!r} not found")
     config = load_run_config(run_dir)
-    if torch.device(config.device).type == "cuda" and not torch.cuda.is_available():  # a GPU run, collected on CPU
-        config = dataclasses.replace(config, device="cpu")
+    config = dataclasses.replace(config, device=str(available_device(config.device)))  # a GPU run, collected on CPU
     config, policy = load_policy(run_dir, config)
     env = build_env(config, num_envs=num_envs)
 
