@@ -50,6 +50,7 @@ class PolicyConfig:
     squash: bool = option(False, "tanh-squash actions into the env bounds (otherwise clip)")
     normalize_obs: bool = option(True, "running observation normalization inside the policy")
     orthogonal_init: bool = option(True, "orthogonal weight initialization")
+    state_dependent_std: bool = option(False, "log-std from a second network head (SAC's usual actor) not a vector")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""Scripted experts for torch-native tasks (demonstrations, sanity baselines), keyed by env id.
+"""Scripted experts (demonstrations, sanity baselines), keyed by env id.
+
+``robopt/MultiGoal`` here; ``mujoco/GripperReach`` and ``mujoco/GripperPush`` in ``robopt.envs.tasks.goal``.
 
 Shapes: N envs, D obs dim, A action dim, K goals.
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
+from robopt.envs.tasks.goal import push_expert, reach_expert
 
 Expert = Callable[[torch.Tensor], torch.Tensor]
 
@@ -39,7 +43,11 @@ def multigoal_expert(env, seed: int) -> Expert:
     return act
 
 
-EXPERTS: dict[str, Callable[..., Expert]] = {"robopt/MultiGoal": multigoal_expert}
+EXPERTS: dict[str, Callable[..., Expert]] = {
+    "robopt/MultiGoal": multigoal_expert,
+    "mujoco/GripperReach": reach_expert,
+    "mujoco/GripperPush": push_expert,
+}
 
 
 def make_expert(env, seed: int = 0) -> Expert:

@@ -10,6 +10,11 @@ Unstable simulation (MuJoCo reset the row itself, or its state is not finite): t
 ``terminated=True``, reward 0 and ``final_obs`` = its last good observation (so nothing NaN reaches the
 learner and nothing is bootstrapped from a broken state), is reset from the task's distribution, is
 flagged in ``info["unstable"]``, is counted in ``unstable_count`` and logs a warning.
+
+Goal-conditioned tasks (a task with ``achieved_goal``, ``robopt.envs.tasks.goal``): the env also has the obs
+slices ``achieved_goal`` and ``desired_goal``, ``compute_reward(achieved_goal [B, G], desired_goal [B, G]) -> [B]``
+(for hindsight relabelling) and ``info["is_success"]`` [N] bool from ``final_obs`` at every step. Other envs have
+none of these attributes, so ``hasattr(env, "compute_reward")`` tells the two apart.
 """
 
 from __future__ import annotations
@@ -113,6 +118,10 @@ class NativeVecEnv:
         self._tracker = EpisodeTracker(self.num_envs, self.device)
         self._obs, self._position = self._reset_rows(torch.arange(self.num_envs))  # [N, D], [N, P]
         self.obs_dim = self._obs.shape[1]
+        self._goal_task = hasattr(task, "achieved_goal")
+        if self._goal_task:  # instance attributes only: envs without goals must not have them
+            self.achieved_goal, self.desired_goal = task.achieved_goal, task.desired_goal
+            self.compute_reward = self._compute_reward
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         """Reset every row; a seed restarts the reset-noise stream (same seed, same episodes)."""
@@ -152,8 +161,14 @@ class NativeVecEnv:
         episode_return, episode_length = self._tracker.update(reward, done)
         info = {"final_obs": obs, "episode_return": episode_return, "episode_length": episode_length}
         info["unstable"] = unstable
+        if self._goal_task:  # the success of an episode that ended is that of its last observation
+            info["is_success"] = self.task.is_success(obs[:, self.achieved_goal], obs[:, self.desired_goal])
         self._obs, self._position = next_obs, position
         return next_obs.clone(), reward, terminated, truncated, info
+
+    def _compute_reward(self, achieved_goal: torch.Tensor, desired_goal: torch.Tensor) -> torch.Tensor:
+        """The task's reward for goals achieved [B, G] and desired [B, G]: [B] float32 on the env device."""
+        return self.task.compute_reward(achieved_goal, desired_goal).to(self.device, torch.float32)
 
     def set_model_params(self, params: dict[str, torch.Tensor], env_ids: torch.Tensor | None = None) -> None:
         """Set base model parameters (absolute, ``[M, ...]``) of rows env_ids; applied at their next reset."""
@@ -237,7 +252,9 @@ class NativeVecEnv:
 
 
 def load_model(task_cls: type) -> mujoco.MjModel:
-    """The task's MJCF from the installed gymnasium package (without the asset's deprecation warning)."""
+    """The task's own ``build_model()`` if it has one, else its MJCF from the installed gymnasium package."""
+    if hasattr(task_cls, "build_model"):
+        return task_cls.build_model()
     return load_asset_model(task_cls.xml_file)
 
 

@@ -3,6 +3,8 @@
 Ids:
     ``mujoco/<Task>``: a native batched task (robopt.envs.tasks); runs on backend ``mujoco`` (CPU threads),
         ``mujoco_warp`` (GPU) or ``gymnasium`` (the matching Gymnasium v5 env, for parity and comparison).
+        A native task without a Gymnasium twin (``gymnasium_id=None``: the goal tasks) runs only on the native
+        backends; ``auto`` never picks ``gymnasium`` for it.
     ``robopt/<Name>``: a torch-native batched task (``robopt.envs.multigoal``...); runs only on backend ``torch``.
     Any Gymnasium id (``HalfCheetah-v5``, ``Pendulum-v1``...): backend ``gymnasium``.
 """
@@ -22,10 +24,10 @@ BACKENDS = ("auto", "gymnasium", "mujoco", "mujoco_warp", "torch")
 
 @dataclass(frozen=True)
 class NativeTask:
-    """A native task: its Gymnasium twin and a factory per backend (``factory(num_envs, device, **kw)``)."""
+    """A native task: its Gymnasium twin (or None) and a factory per backend (``factory(num_envs, device, **kw)``)."""
 
     name: str
-    gymnasium_id: str
+    gymnasium_id: str | None
     factories: dict[str, Callable[..., VecEnv]]
 
 
@@ -77,15 +79,19 @@ def resolve_backend(env_id: str, backend: str, device: str | torch.device, num_e
     if env_id not in NATIVE_TASKS:
         allowed = ", ".join(sorted(NATIVE_TASKS)) or "(none registered)"
         raise ValueError(f"unknown native task {env_id!r}; allowed: {allowed}")
+    task = NATIVE_TASKS[env_id]
     if backend == "auto":
-        return _fastest_backend(NATIVE_TASKS[env_id], torch.device(device), num_envs, has_options)
+        return _fastest_backend(task, torch.device(device), num_envs, has_options)
+    if backend == "gymnasium" and task.gymnasium_id is None:
+        allowed = ", ".join(["auto", *task.factories])
+        raise ValueError(f"{env_id} has no Gymnasium twin, so backend 'gymnasium' is not available; allowed: {allowed}")
     return backend
 
 
 def gymnasium_twin(env_id: str) -> str:
     """The Gymnasium id that a native ``mujoco/<Task>`` id reproduces; any other id unchanged.
 
-    A torch-native ``robopt/<Name>`` id has no Gymnasium twin: ValueError.
+    A torch-native ``robopt/<Name>`` id, or a native task without a twin (the goal tasks), is a ValueError.
     """
     if env_id.startswith("robopt/"):
         raise ValueError(f"{env_id} is a torch-native task with no Gymnasium twin; use backend 'torch'")
@@ -94,7 +100,10 @@ def gymnasium_twin(env_id: str) -> str:
     _ensure_native_tasks_loaded()
     if env_id not in NATIVE_TASKS:
         raise ValueError(f"unknown native task {env_id!r}; allowed: {', '.join(sorted(NATIVE_TASKS))}")
-    return NATIVE_TASKS[env_id].gymnasium_id
+    twin = NATIVE_TASKS[env_id].gymnasium_id
+    if twin is None:
+        raise ValueError(f"{env_id} is a native task with no Gymnasium twin; use backend 'mujoco' or 'mujoco_warp'")
+    return twin
 
 
 def make_env(env_id: str, num_envs: int, backend: str = "auto", device: str | torch.device = "cpu", **kwargs) -> VecEnv:
@@ -109,9 +118,8 @@ def make_env(env_id: str, num_envs: int, backend: str = "auto", device: str | to
 
             return GymnasiumVecEnv(task.gymnasium_id, num_envs, device=device, **kwargs)
         if backend not in task.factories:
-            raise ValueError(
-                f"{env_id}: backend {backend!r} is not available; allowed: gymnasium, {', '.join(task.factories)}"
-            )
+            allowed = ", ".join(["gymnasium", *task.factories] if task.gymnasium_id else task.factories)
+            raise ValueError(f"{env_id}: backend {backend!r} is not available; allowed: {allowed}")
         return task.factories[backend](num_envs=num_envs, device=device, **kwargs)
     if backend != "gymnasium":
         raise ValueError(f"env {env_id!r} is a Gymnasium id and runs only on backend 'gymnasium', not {backend!r}")
@@ -136,9 +144,10 @@ NATIVE_MIN_ENVS_ON_CPU = 16
 
 
 def _fastest_backend(task: NativeTask, device: torch.device, num_envs: int, has_options: bool) -> str:
-    """Warp on CUDA; native threads on CPU from 16 envs (or whenever native options such as randomization are set)."""
+    """Warp on CUDA; native threads on CPU from 16 envs, with native options (randomization...) or without a twin."""
     if device.type == "cuda" and "mujoco_warp" in task.factories:
         return "mujoco_warp"
-    if "mujoco" in task.factories and (num_envs >= NATIVE_MIN_ENVS_ON_CPU or has_options):
+    native_only = task.gymnasium_id is None
+    if "mujoco" in task.factories and (num_envs >= NATIVE_MIN_ENVS_ON_CPU or has_options or native_only):
         return "mujoco"
     return "gymnasium"

@@ -1,6 +1,9 @@
-"""Diagonal Gaussian policy with a state-independent log-std, optionally tanh-squashed.
+"""Diagonal Gaussian policy, optionally tanh-squashed, with a state-independent or state-dependent log-std.
 
 Shapes: B batch (or N envs), D obs dim, A action dim, K = 1 for this policy's log-ratio.
+State-independent (the default, as PPO and TRPO use it): one learned log-std vector [A]. State-dependent (SAC's
+usual actor, as in Haarnoja et al. 2018 and Stable-Baselines3): the network's last layer has 2A outputs, the mean
+and log-std heads, and the log-std is clamped to [LOG_STD_MIN, LOG_STD_MAX].
 ``act`` stores in ``info``: ``log_prob`` [B], ``mean`` [B, A], ``log_std`` [B, A] and, when squashed,
 ``pre_tanh`` [B, A]; ``log_ratio`` and ``kl`` read them back.
 """
@@ -18,6 +21,7 @@ from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
 from robopt.policies.networks import MLP
 
 LOG_2PI = math.log(2.0 * math.pi)
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # clamp of a state-dependent log-std (the common SAC bounds)
 
 
 class GaussianPolicy(nn.Module):
@@ -35,25 +39,42 @@ class GaussianPolicy(nn.Module):
         squash: bool = False,
         normalize_obs: bool = True,
         orthogonal_init: bool = True,
+        state_dependent_std: bool = False,
     ) -> None:
         super().__init__()
         self.obs_dim, self.action_dim, self.squash = obs_dim, action_dim, squash
+        self.state_dependent_std, self.log_std_init = state_dependent_std, float(log_std_init)
         self.normalizer = RunningNormalizer(obs_dim, enabled=normalize_obs)
-        self.mean_net = MLP(obs_dim, action_dim, hidden, activation, output_gain=0.01, orthogonal_init=orthogonal_init)
-        self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
+        out_dim = 2 * action_dim if state_dependent_std else action_dim  # mean (and log-std) heads
+        self.mean_net = MLP(obs_dim, out_dim, hidden, activation, output_gain=0.01, orthogonal_init=orthogonal_init)
+        if not state_dependent_std:
+            self.log_std = nn.Parameter(torch.full((action_dim,), self.log_std_init))
         self.register_buffer("action_low", torch.as_tensor(action_low, dtype=torch.float32).reshape(action_dim))
         self.register_buffer("action_high", torch.as_tensor(action_high, dtype=torch.float32).reshape(action_dim))
 
     def distribution_params(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """mean [B, A] and log_std [B, A] for obs [B, D]."""
-        mean = self._mean(obs)
-        return mean, self.log_std.expand_as(mean)
+        mean, log_std = self._params(obs)
+        return mean, log_std.expand_as(mean)
 
-    def _mean(self, obs: torch.Tensor) -> torch.Tensor:
-        # mu(norm(s)) [B, A]. The submodules' forward is called directly: nn.Module.__call__ and a disabled
-        # normalizer's call cost about 8 us of the 60 us of a one-env act (module hooks are not run here).
+    def _params(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """mean [B, A] and log_std: [A] when state-independent (broadcast), [B, A] when state-dependent."""
+        if not self.state_dependent_std:
+            return self._mean(obs), self.log_std
+        out = self._net(obs)  # [B, 2A]
+        mean, raw = out.split(self.action_dim, dim=-1)
+        return mean, (raw + self.log_std_init).clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def _net(self, obs: torch.Tensor) -> torch.Tensor:
+        # The submodules' forward is called directly: nn.Module.__call__ and a disabled normalizer's call cost
+        # about 8 us of the 60 us of a one-env act (module hooks are not run here).
         normalizer = self.normalizer
         return self.mean_net.forward(normalizer.forward(obs) if normalizer.enabled else obs)
+
+    def _mean(self, obs: torch.Tensor) -> torch.Tensor:
+        """mu(norm(s)) [B, A]."""
+        out = self._net(obs)
+        return out[..., : self.action_dim] if self.state_dependent_std else out
 
     def _to_env(self, sample: torch.Tensor) -> torch.Tensor:
         if not self.squash:
@@ -65,7 +86,7 @@ class GaussianPolicy(nn.Module):
         sample: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor, std: torch.Tensor
     ) -> torch.Tensor:
         # log N(x; mu, sigma) summed over A = -sum_A (log sigma + 0.5 z^2) - A/2 log 2 pi, z = (x - mu) / sigma.
-        # sample, mean [B, A]; log_std, std = exp(log_std) [A] broadcast (five ops: fewer autograd nodes).
+        # sample, mean [B, A]; log_std, std = exp(log_std) [A] broadcast or [B, A] (five ops: fewer autograd nodes).
         z = (sample - mean) / std  # [B, A]
         return torch.rsub(torch.addcmul(log_std, z, z, value=0.5).sum(-1), -0.5 * LOG_2PI * sample.shape[-1])
 
@@ -83,9 +104,8 @@ class GaussianPolicy(nn.Module):
         if torch.is_grad_enabled():  # the loop acts under inference_mode; elsewhere keep outputs graph-free
             with torch.no_grad():
                 return self.act(obs, deterministic)
-        mean = self._mean(obs)  # [B, A]
-        log_std = self.log_std  # [A]
-        std = torch.exp(log_std)  # [A]
+        mean, log_std = self._params(obs)  # [B, A], [A] or [B, A]
+        std = torch.exp(log_std)
         sample = mean if deterministic else mean + std * torch.randn_like(mean)  # [B, A]
         log_prob = self._gaussian_log_prob(sample, mean, log_std, std)  # [B]
         if self.squash:
@@ -101,7 +121,7 @@ class GaussianPolicy(nn.Module):
 
     def rsample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterized sample in env units [B, A] and its log-probability [B], both differentiable (SAC)."""
-        mean, log_std = self._mean(obs), self.log_std
+        mean, log_std = self._params(obs)
         std = torch.exp(log_std)
         sample = mean + std * torch.randn_like(mean)
         log_prob = self._gaussian_log_prob(sample, mean, log_std, std)
@@ -114,9 +134,9 @@ class GaussianPolicy(nn.Module):
 
     def log_prob(self, obs: torch.Tensor, action: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
         """log pi(action | obs) [B] (squashed: includes the tanh Jacobian, needs ``info['pre_tanh']``)."""
-        log_std = self.log_std
+        mean, log_std = self._params(obs)
         sample = self._sample_of(action, info)
-        log_prob = self._gaussian_log_prob(sample, self._mean(obs), log_std, torch.exp(log_std))
+        log_prob = self._gaussian_log_prob(sample, mean, log_std, torch.exp(log_std))
         return log_prob - self._squash_correction(sample) if self.squash else log_prob
 
     def imitation_loss(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
@@ -134,9 +154,9 @@ class GaussianPolicy(nn.Module):
         same operations as ``act``) rather than added back to the old one, so the result is exactly 0 at the old
         parameters instead of off by a rounding of (g - c) + c.
         """
-        log_std = self.log_std
+        mean, log_std = self._params(obs)
         sample = self._sample_of(action, info)
-        new = self._gaussian_log_prob(sample, self._mean(obs), log_std, torch.exp(log_std))  # [B]
+        new = self._gaussian_log_prob(sample, mean, log_std, torch.exp(log_std))  # [B]
         if self.squash:
             new = new - self._squash_correction(sample)  # no gradient: depends on the stored sample only
         return (new - info["log_prob"]).unsqueeze(-1)
@@ -151,6 +171,8 @@ class GaussianPolicy(nn.Module):
 
     def entropy(self, obs: torch.Tensor) -> torch.Tensor:
         """Entropy of the (unsquashed) Gaussian [B]: sum(log_std + 0.5 log(2 pi e))."""
+        if self.state_dependent_std:
+            return (self._params(obs)[1] + 0.5 * (LOG_2PI + 1.0)).sum(-1)
         return (self.log_std + 0.5 * (LOG_2PI + 1.0)).sum().expand(obs.shape[0])
 
     def export_module(self) -> nn.Module:
@@ -163,14 +185,14 @@ class ExportedGaussianPolicy(nn.Module):
 
     def __init__(self, policy: GaussianPolicy) -> None:
         super().__init__()
-        self.squash = policy.squash
+        self.squash, self.action_dim = policy.squash, policy.action_dim
         self.normalizer = FrozenNormalizer(policy.normalizer)
         self.register_buffer("action_low", policy.action_low.detach().clone())
         self.register_buffer("action_high", policy.action_high.detach().clone())
         self.mean_net = copy.deepcopy(policy.mean_net).eval().requires_grad_(False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        mean = self.mean_net(self.normalizer(obs))
+        mean = self.mean_net(self.normalizer(obs))[..., : self.action_dim]  # a state-dependent net's log-std dropped
         if self.squash:
             return self.action_low + (torch.tanh(mean) + 1.0) * 0.5 * (self.action_high - self.action_low)
         return torch.maximum(torch.minimum(mean, self.action_high), self.action_low)

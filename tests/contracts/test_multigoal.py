@@ -240,7 +240,8 @@ def test_expert_covers_every_goal_and_nearly_always_succeeds(num_goals: int) -> 
 
 def test_expert_registry() -> None:
     assert set(EXPERTS) <= set(list_env_ids())
-    with pytest.raises(ValueError, match="no scripted expert for env 'mujoco/Hopper'; available: robopt/MultiGoal"):
+    available = "mujoco/GripperPush, mujoco/GripperReach, robopt/MultiGoal"
+    with pytest.raises(ValueError, match=f"no scripted expert for env 'mujoco/Hopper'; available: {available}"):
         make_expert(SimpleNamespace(env_id="mujoco/Hopper"))
 
 

@@ -17,6 +17,7 @@ def _policies():
         "gaussian": GaussianPolicy(D, A, low, high, hidden=(16, 16)),
         "gaussian_squashed": GaussianPolicy(D, A, low, high, hidden=(16, 16), squash=True),
         "gaussian_no_norm": GaussianPolicy(D, A, low, high, hidden=(16,), normalize_obs=False, activation="relu"),
+        "gaussian_state_std": GaussianPolicy(D, A, low, high, hidden=(16,), squash=True, state_dependent_std=True),
     }
 
 
@@ -46,7 +47,10 @@ def test_log_ratio_moves_after_a_parameter_change(policy):
     obs = torch.randn(B, D)
     action, info = policy.act(obs)
     with torch.no_grad():
-        policy.log_std.add_(0.1)
+        if policy.state_dependent_std:
+            policy.mean_net.layers[-1].bias[A:].add_(0.1)  # the log-std head
+        else:
+            policy.log_std.add_(0.1)
     log_ratio = policy.log_ratio(obs, action, info)
     assert log_ratio.abs().min() > 0
     assert torch.all(policy.kl(obs, info) > 0)
@@ -109,3 +113,23 @@ def test_squashed_log_prob_matches_transformed_distribution():
     dist = torch.distributions.TransformedDistribution(torch.distributions.Normal(mean, log_std.exp()), transforms)
     reference = dist.log_prob(action.clamp(low + 1e-5, high - 1e-5)).sum(-1)
     torch.testing.assert_close(info["log_prob"], reference, rtol=1e-3, atol=1e-3)
+
+
+def test_state_dependent_std_heads_match_torch_distributions():
+    """The second head is the log-std (clamped), per row; log_prob and entropy follow it, the mean path ignores it."""
+    torch.manual_seed(3)
+    policy = GaussianPolicy(D, A, -torch.ones(A), torch.ones(A), hidden=(8,), state_dependent_std=True)
+    with torch.no_grad():
+        policy.mean_net.layers[-1].bias[A:] = torch.tensor([-30.0, 5.0, 0.3])  # below, above and inside the clamp
+    obs = torch.randn(B, D)
+    out = policy.mean_net(obs)  # normalizer at its initial statistics: identity
+    mean, log_std = policy.distribution_params(obs)
+    assert torch.equal(mean, out[:, :A])
+    assert torch.equal(log_std, out[:, A:].clamp(-20.0, 2.0))
+    assert float(log_std[:, 0].max()) == -20.0 and float(log_std[:, 1].min()) == 2.0
+    assert log_std[:, 2].std() > 0  # differs per row
+    action = torch.randn(B, A)
+    expected = torch.distributions.Normal(mean, log_std.exp()).log_prob(action).sum(-1)
+    torch.testing.assert_close(policy.log_prob(obs, action, {}), expected)
+    torch.testing.assert_close(policy.entropy(obs), torch.distributions.Normal(mean, log_std.exp()).entropy().sum(-1))
+    torch.testing.assert_close(policy.export_module()(obs), mean.clamp(-1.0, 1.0))
