@@ -87,7 +87,8 @@ def _run(config, overrides, resume, no_progress, kind: str | None = None) -> Non
         import json
 
         summary = json.loads((result.run_dir / "eval.json").read_text())
-        typer.echo(f"deterministic evaluation: {summary['mean_return']:.1f} +- {summary['std_return']:.1f}")
+        success = f"  success rate: {summary['success_rate']:.2f}" if "success_rate" in summary else ""
+        typer.echo(f"deterministic evaluation: {summary['mean_return']:.1f} +- {summary['std_return']:.1f}{success}")
     if result.stopped_by_user:
         typer.echo(f"stopped by user; checkpoint saved; resume with: robopt train --resume {result.run_dir}")
         raise typer.Exit(130)
@@ -113,7 +114,8 @@ def evaluate(
     except ConfigError as error:
         _fail(str(error))
     typer.echo(f"return {result.mean_return:.1f} +- {result.std_return:.1f} over {episodes} episodes "
-               f"(mean length {result.mean_length:.0f})")  # fmt: skip
+               f"(mean length {result.mean_length:.0f})"
+               + ("" if result.success_rate is None else f", success rate {result.success_rate:.2f}"))  # fmt: skip
     if video is not None:
         try:
             frames = record_video(run_dir, video, seed=seed, max_steps=video_steps)

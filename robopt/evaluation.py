@@ -24,6 +24,7 @@ class EvalResult:
     std_return: float
     mean_length: float
     returns: list[float]
+    success_rate: float | None = None  # goal tasks (envs reporting info["is_success"]): fraction of successes
 
 
 def load_policy(run_dir: Path, config: ExperimentConfig | None = None) -> tuple[ExperimentConfig, torch.nn.Module]:
@@ -51,6 +52,8 @@ def evaluate_policy(policy, env, episodes: int, seed: int) -> EvalResult:
     obs = env.reset(seed=seed)
     returns = torch.full((env.num_envs,), float("nan"))
     lengths = torch.zeros(env.num_envs)
+    success = torch.zeros(env.num_envs, dtype=torch.bool)
+    has_success = False
     while torch.isnan(returns[:episodes]).any():
         action, _ = policy.act(obs, deterministic=True)
         action = torch.maximum(torch.minimum(action, env.action_high), env.action_low)
@@ -58,8 +61,12 @@ def evaluate_policy(policy, env, episodes: int, seed: int) -> EvalResult:
         first = (terminated | truncated).cpu() & torch.isnan(returns)
         returns[first] = info["episode_return"].cpu()[first]
         lengths[first] = info["episode_length"].cpu().float()[first]
+        if "is_success" in info:
+            has_success = True
+            success[first] = info["is_success"].cpu()[first]
     values = returns[:episodes].tolist()
-    return EvalResult(float(np.mean(values)), float(np.std(values)), float(lengths[:episodes].mean()), values)
+    rate = float(success[:episodes].float().mean()) if has_success else None
+    return EvalResult(float(np.mean(values)), float(np.std(values)), float(lengths[:episodes].mean()), values, rate)
 
 
 def evaluate_run(run_dir: Path, episodes: int = 10, seed: int = 10_000) -> EvalResult:

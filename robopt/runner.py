@@ -268,9 +268,10 @@ def train(
         complete = loop.iteration_count >= total_iterations or getattr(loop, "finished", False)
         if not stopped and complete and config.log.eval_episodes > 0:
             evaluation = final_evaluation(config, loop.policy, run_dir)
-            logger.log_summary(
-                loop.env_steps, {"return": evaluation["mean_return"], "return_std": evaluation["std_return"]}
-            )
+            scores = {"return": evaluation["mean_return"], "return_std": evaluation["std_return"]}
+            if "success_rate" in evaluation:
+                scores["success_rate"] = evaluation["success_rate"]
+            logger.log_summary(loop.env_steps, scores)
     finally:
         logger.close()
         loop.env.close()
@@ -290,5 +291,7 @@ def final_evaluation(config: ExperimentConfig, policy, run_dir: Path) -> dict:
         env.close()
     summary = {"mean_return": result.mean_return, "std_return": result.std_return, "returns": result.returns,
                "mean_length": result.mean_length}  # fmt: skip
+    if result.success_rate is not None:
+        summary["success_rate"] = result.success_rate
     (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
     return summary

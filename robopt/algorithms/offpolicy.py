@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from robopt.buffers.replay import ReplayBuffer
-from robopt.config import option
+from robopt.config import ConfigError, option
 from robopt.core.errors import NonFiniteError
 
 
@@ -40,6 +40,9 @@ class OffPolicySchedule:
     priority_alpha: float = option(0.6, "prioritized replay: priority exponent alpha in [0, 1]")
     priority_beta: float = option(0.4, "prioritized replay: initial importance exponent beta in [0, 1], annealed to 1")
     n_step: int = option(1, "n-step returns (1: one-step targets)")
+    her_strategy: str = option("none", "hindsight relabelling of goals (goal tasks only)",
+                               ("none", "future", "final", "episode"))  # fmt: skip
+    her_k: float = option(4.0, "hindsight: relabelled goals per real goal (4: 80% of samples relabelled)")
 
     def __post_init__(self) -> None:
         for name in ("train_freq", "gradient_steps", "batch_size", "buffer_size", "iteration_steps", "n_step"):
@@ -50,6 +53,10 @@ class OffPolicySchedule:
         for name in ("priority_alpha", "priority_beta"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"loop.{name} must be in [0, 1], got {getattr(self, name)}")
+        if not self.her_k >= 0.0 or self.her_k == float("inf"):
+            raise ValueError(f"loop.her_k must be a finite number >= 0, got {self.her_k}")
+        if self.her_strategy != "none" and self.n_step > 1:
+            raise ValueError("loop.n_step > 1 cannot be combined with loop.her_strategy (HER relabels one-step rewards)")
         if self.buffer_size < self.batch_size:
             raise ValueError(f"loop.buffer_size {self.buffer_size} is smaller than loop.batch_size {self.batch_size}")
 
@@ -84,11 +91,12 @@ class OffPolicyLoop:
 
     @torch.no_grad()
     def collect(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``train_freq`` env steps into the replay; returns (episode return [S, N], length [S, N], all finite []).
+        """``train_freq`` env steps into the replay; returns episode return [S, N], length [S, N], all finite [] and
+        success [S, N] of episodes that ended (None when the env reports no ``is_success``).
 
         Nothing here waits on the device: episode stats are masked and observations checked once per iteration.
         """
-        env, returns, lengths = self.env, [], []
+        env, returns, lengths, successes = self.env, [], [], []
         finite = torch.ones((), dtype=torch.bool, device=env.device)
         for _ in range(self.schedule.train_freq):
             if self.env_steps < self.schedule.learning_starts:
@@ -103,17 +111,22 @@ class OffPolicyLoop:
             self.replay.extend(self.obs, action, reward, info["final_obs"], terminated, truncated)
             returns.append(info["episode_return"])
             lengths.append(info["episode_length"])
+            if "is_success" in info:  # goal tasks: success of the episode that ended (its last observation)
+                successes.append(info["is_success"] & (terminated | truncated))
             self.obs = next_obs
             self.env_steps += env.num_envs
-        return torch.stack(returns), torch.stack(lengths), finite
+        success = torch.stack(successes) if successes else None
+        return torch.stack(returns), torch.stack(lengths), finite, success
 
     def iteration(self, progress: float) -> dict[str, float]:
-        returns, lengths, finite, sums, updates = [], [], [], {}, 0
+        returns, lengths, finite, successes, sums, updates = [], [], [], [], {}, 0
         for _ in range(self.phases_per_iteration):
-            phase_returns, phase_lengths, phase_finite = self.collect()
+            phase_returns, phase_lengths, phase_finite, phase_success = self.collect()
             returns.append(phase_returns)
             lengths.append(phase_lengths)
             finite.append(phase_finite)
+            if phase_success is not None:
+                successes.append(phase_success)
             updates += self._update_phase(progress, sums)
         self.iteration_count += 1
         # checked once per iteration, as on-policy: a failing iteration is never checkpointed
@@ -131,6 +144,8 @@ class OffPolicyLoop:
         if episode_return.numel() > 0:
             values["episode_return"] = float(episode_return.mean())
             values["episode_length"] = float(episode_length.float().mean())
+            if successes:
+                values["success_rate"] = float(torch.cat(successes)[ended].float().mean())
         values["episodes"] = float(episode_return.numel())
         return values
 
@@ -182,7 +197,7 @@ class OffPolicyLoop:
 
 
 def build_replay(schedule: OffPolicySchedule, gamma: float, env) -> ReplayBuffer:
-    """The replay buffer ``schedule`` describes (size, sampler, n-step) for discount ``gamma``, on the env's device."""
+    """The replay buffer ``schedule`` describes (size, sampler, n-step or hindsight) for discount ``gamma``."""
     from robopt.buffers.replay import ReplayStorage
     from robopt.buffers.samplers import PrioritizedSampler, UniformSampler
     from robopt.buffers.transforms import NStep
@@ -196,7 +211,26 @@ def build_replay(schedule: OffPolicySchedule, gamma: float, env) -> ReplayBuffer
     else:
         sampler = UniformSampler(storage.capacity, device=env.device)
     transforms = (NStep(schedule.n_step, gamma),) if schedule.n_step > 1 else ()
+    if schedule.her_strategy != "none":
+        transforms = (hindsight_transform(schedule, env),)
     return ReplayBuffer(storage, sampler, transforms, gamma=gamma, batch_size=schedule.batch_size)
+
+
+def hindsight_transform(schedule: OffPolicySchedule, env):
+    """HER over the env's goal slices and vectorized ``compute_reward``, checked once on the reset observation."""
+    from robopt.buffers.transforms import Hindsight
+
+    if not hasattr(env, "compute_reward"):
+        raise ConfigError(
+            f"algo.loop.her_strategy={schedule.her_strategy} needs a goal-conditioned env (achieved and desired goals, "
+            f"compute_reward), such as mujoco/GripperReach or mujoco/GripperPush; {env.env_id} has no goals"
+        )
+    obs = env.reset()  # [N, D]: the loop resets again with its seed
+    reward = env.compute_reward(achieved_goal=obs[:, env.achieved_goal], desired_goal=obs[:, env.desired_goal])
+    if not isinstance(reward, torch.Tensor) or tuple(reward.shape) != (env.num_envs,):
+        shape = list(reward.shape) if isinstance(reward, torch.Tensor) else type(reward).__name__
+        raise ConfigError(f"{env.env_id}: compute_reward must return one reward per row, [{env.num_envs}]; got {shape}")
+    return Hindsight(env.compute_reward, env.achieved_goal, env.desired_goal, schedule.her_strategy, schedule.her_k)
 
 
 def q_critics(policy, env, hidden, activation: str, num_critics: int):

@@ -2,8 +2,9 @@
 
 Shapes: B batch, C = 2 critics, A action dim. The losses are the pure functions of ``robopt.core.q_losses``;
 this module holds the config, the networks' optimizers and the order of one update (critic, actor, temperature,
-Polyak averaging of the target critics). The actor is robopt's Gaussian policy with ``squash: true`` (its
-log-std is state-independent, unlike SB3's state-dependent head; see docs/offpolicy.md).
+Polyak averaging of the target critics). The actor is robopt's Gaussian policy with ``squash: true``, usually with
+``state_dependent_std: true`` (SB3's actor; tests/algorithms/test_offpolicy_sb3_parity.py checks losses and whole
+updates against SB3). Adam is the fused kernel (one call per optimizer step).
 """
 
 from __future__ import annotations
@@ -52,13 +53,13 @@ class SAC:
         action_dim, device = env.action_dim, env.device
         self.config, self.policy = config, policy
         self.critic, self.target_critic = q_critics(policy, env, config.critic_hidden, config.critic_activation, 2)
-        self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate)
+        self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate, fused=True)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate, fused=True)
         self.auto_temperature = config.ent_coef == 0.0
         self.log_alpha = torch.zeros((), device=device, requires_grad=self.auto_temperature)
         if not self.auto_temperature:
             self.log_alpha.fill_(float(torch.log(torch.tensor(config.ent_coef))))
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.learning_rate)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.learning_rate, fused=True)
         self.target_entropy = config.target_entropy or -float(action_dim)
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, torch.Tensor]:

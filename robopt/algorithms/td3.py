@@ -74,8 +74,8 @@ class TD3:
         )
         self.target_policy = copy.deepcopy(policy).requires_grad_(False)
         self.actor_params = [p for name, p in policy.named_parameters() if name != "log_std"]
-        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=config.learning_rate)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate)
+        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=config.learning_rate, fused=True)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate, fused=True)
         self.updates = 0
 
     @torch.no_grad()
