@@ -56,7 +56,7 @@ class OffPolicySchedule:
         if not self.her_k >= 0.0 or self.her_k == float("inf"):
             raise ValueError(f"loop.her_k must be a finite number >= 0, got {self.her_k}")
         if self.her_strategy != "none" and self.n_step > 1:
-            raise ValueError("loop.n_step > 1 cannot be combined with loop.her_strategy (HER relabels one-step rewards)")
+            raise ValueError("loop.n_step > 1 cannot be combined with loop.her_strategy (HER relabels 1-step rewards)")
         if self.buffer_size < self.batch_size:
             raise ValueError(f"loop.buffer_size {self.buffer_size} is smaller than loop.batch_size {self.batch_size}")
 

@@ -20,13 +20,24 @@ def her_config(tmp_path, env_id="mujoco/GripperReach", **loop) -> ExperimentConf
             "seed": 0,
             "total_steps": 800,
             "env": {"id": env_id, "num_envs": 2},
-            "policy": {"name": "gaussian", "squash": True, "state_dependent_std": True, "hidden": [32, 32],
-                       "activation": "relu"},  # fmt: skip
+            "policy": {
+                "name": "gaussian",
+                "squash": True,
+                "state_dependent_std": True,
+                "hidden": [32, 32],
+                "activation": "relu",
+            },  # fmt: skip
             "algo": {
                 "name": "sac",
                 "critic_hidden": [32, 32],
-                "loop": {"learning_starts": 200, "batch_size": 64, "buffer_size": 4000, "iteration_steps": 200,
-                         "her_strategy": "future", **loop},  # fmt: skip
+                "loop": {
+                    "learning_starts": 200,
+                    "batch_size": 64,
+                    "buffer_size": 4000,
+                    "iteration_steps": 200,
+                    "her_strategy": "future",
+                    **loop,
+                },  # fmt: skip
             },
             "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 4, "checkpoint_every": 2},
         },
@@ -58,7 +69,7 @@ def test_training_writes_the_evaluation_success_rate(tmp_path):
 
 
 def test_her_on_a_task_without_goals_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match=r"her_strategy=future needs a goal-conditioned env .* Pendulum-v1 has no goals"):
+    with pytest.raises(ConfigError, match=r"her_strategy=future needs a goal-conditioned env .* Pendulum-v1 has no"):
         build_loop(her_config(tmp_path, env_id="Pendulum-v1"), initialize=True)
 
 
