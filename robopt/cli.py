@@ -132,12 +132,13 @@ def evaluate(
 def plot(
     run_dirs: list[Path] = typer.Argument(..., help="run directories; runs sharing a config name are grouped"),
     out: Path = typer.Option(Path("curves.png"), "--out", help="output image"),
+    metric: str = typer.Option("episode_return", "--metric", help="progress.csv column, e.g. success_rate"),
 ) -> None:
-    """Learning curves: return vs environment steps, mean and spread over seeds."""
+    """Learning curves: return (or --metric) vs environment steps, mean and spread over seeds."""
     from robopt.plotting import plot_runs
 
     try:
-        groups = plot_runs(run_dirs, out)
+        groups = plot_runs(run_dirs, out, metric=metric)
     except ConfigError as error:
         _fail(str(error))
     typer.echo(f"wrote {out} ({', '.join(f'{name}: {n} run(s)' for name, n in groups.items())})")

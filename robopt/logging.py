@@ -94,12 +94,12 @@ def _step(value: str) -> float:
         return float("inf")
 
 
-def read_progress(run_dir: Path) -> tuple[list[float], list[float]]:
-    """(env_steps, episode_return) rows of a run's progress.csv that have a return."""
-    steps, returns = [], []
+def read_progress(run_dir: Path, metric: str = "episode_return") -> tuple[list[float], list[float]]:
+    """(env_steps, metric) rows of a run's progress.csv that have a value of ``metric`` (default: the return)."""
+    steps, values = [], []
     with (run_dir / "progress.csv").open() as handle:
         for row in csv.DictReader(handle):
-            if row.get("episode_return"):
+            if row.get(metric):
                 steps.append(float(row["env_steps"]))
-                returns.append(float(row["episode_return"]))
-    return steps, returns
+                values.append(float(row[metric]))
+    return steps, values

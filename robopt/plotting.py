@@ -1,4 +1,5 @@
-"""Learning curves from run directories: return vs env steps, mean and min-max spread over seeds."""
+"""Learning curves from run directories: return (or another logged metric) vs env steps, mean and min-max spread
+over seeds."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from robopt.config import ConfigError
 from robopt.logging import read_progress
 
 
-def plot_runs(run_dirs: list[Path], out: Path, points: int = 200) -> dict[str, int]:
-    """Group runs by experiment name, interpolate each onto a common step grid, draw mean and spread."""
+def plot_runs(
+    run_dirs: list[Path], out: Path, points: int = 200, metric: str = "episode_return", labels: list[str] | None = None
+) -> dict[str, int]:
+    """Group runs by experiment name (or ``labels``, one per run), interpolate each onto a common step grid, draw
+    mean and spread of ``metric`` (a progress.csv column)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -20,15 +24,16 @@ def plot_runs(run_dirs: list[Path], out: Path, points: int = 200) -> dict[str, i
     import yaml
 
     groups: dict[str, list[tuple[list[float], list[float]]]] = defaultdict(list)
-    for run_dir in run_dirs:
+    for index, run_dir in enumerate(run_dirs):
         if not (run_dir / "progress.csv").is_file() or not (run_dir / "config.yaml").is_file():
             raise ConfigError(f"{str(run_dir)!r} is not a run directory with progress.csv and config.yaml")
         name = yaml.safe_load((run_dir / "config.yaml").read_text()).get("name", run_dir.parent.name)
-        steps, returns = read_progress(run_dir)
+        name = labels[index] if labels else name
+        steps, returns = read_progress(run_dir, metric)
         if steps:
             groups[name].append((steps, returns))
     if not groups:
-        raise ConfigError("none of the runs has finished an episode yet; nothing to plot")
+        raise ConfigError(f"none of the runs has logged {metric} yet; nothing to plot")
     figure, axis = plt.subplots(figsize=(7, 4.5))
     for name, runs in sorted(groups.items()):
         end = min(run[0][-1] for run in runs)
@@ -39,7 +44,7 @@ def plot_runs(run_dirs: list[Path], out: Path, points: int = 200) -> dict[str, i
         if len(runs) > 1:
             axis.fill_between(grid, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.2)
     axis.set_xlabel("environment steps")
-    axis.set_ylabel("episode return")
+    axis.set_ylabel(metric.replace("_", " "))
     axis.grid(alpha=0.3)
     axis.legend()
     figure.tight_layout()

@@ -95,3 +95,14 @@ def test_sac_her_reaches_the_goal(tmp_path):
     result = train(config)
     summary = json.loads((result.run_dir / "eval.json").read_text())
     assert summary["success_rate"] >= 0.9, summary
+
+
+def test_her_with_prioritized_replay_updates_priorities(tmp_path):
+    loop = build_loop(her_config(tmp_path, sampler="prioritized"), initialize=True)
+    try:
+        for _ in range(3):
+            loop.iteration(0.5)
+        leaves = loop.replay.sampler.priority(torch.arange(loop.replay.size))
+        assert float(leaves.max()) > float(leaves.min())  # TD errors of relabelled batches reached the tree
+    finally:
+        loop.env.close()

@@ -102,3 +102,11 @@ def test_ddpg_is_td3_with_one_critic_no_smoothing_and_no_delay(tmp_path):
         build_loop(
             build_dataclass(ExperimentConfig, {"env": {"id": "Pendulum-v1"}, "algo": {"name": "td3"}}), initialize=True
         )
+
+
+def test_resume_with_a_buffer_of_another_size_is_one_line(tmp_path):
+    config = sac_config(tmp_path)
+    first = train(config, stop_at_iteration=1)
+    changed = sac_config(tmp_path, loop={"buffer_size": 6000})
+    with pytest.raises(ConfigError, match=r"cannot resume .*replay state has capacity_per_env=2500.*capacity_per_env=3000"):
+        train(changed, resume_dir=first.run_dir)
