@@ -108,5 +108,5 @@ def test_resume_with_a_buffer_of_another_size_is_one_line(tmp_path):
     config = sac_config(tmp_path)
     first = train(config, stop_at_iteration=1)
     changed = sac_config(tmp_path, loop={"buffer_size": 6000})
-    with pytest.raises(ConfigError, match=r"cannot resume .*replay state has capacity_per_env=2500.*capacity_per_env=3000"):
+    with pytest.raises(ConfigError, match=r"cannot resume .*replay state has capacity_per_env=2500.*=3000"):
         train(changed, resume_dir=first.run_dir)
