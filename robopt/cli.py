@@ -1,4 +1,4 @@
-"""The ``robopt`` command: train, pretrain, eval, plot, collect, list.
+"""The ``robopt`` command: train, pretrain, eval, plot, collect, list (and the sim-to-real commands).
 
 Bad input exits with code 2 and one line, no traceback.
 """
@@ -188,6 +188,23 @@ def list_registered() -> None:
     typer.echo("backends:   " + ", ".join(BACKENDS))
     typer.echo("native envs: " + (", ".join(list_env_ids()) or "(none)"))
     typer.echo("gymnasium:  any registered Gymnasium id with Box spaces, e.g. HalfCheetah-v5, Hopper-v5, Pendulum-v1")
+
+
+# Sim-to-real commands live with their package; each module's ``register(app, fail)`` adds its commands (export,
+# deploy, sim-robot, evaluate-transfer) and imports nothing heavy until a command runs.
+SIM2REAL_COMMAND_MODULES = ("robopt.sim2real.export", "robopt.sim2real.deploy", "robopt.sim2real.server")
+
+
+def _register_sim2real() -> None:
+    import importlib
+    import importlib.util
+
+    for name in SIM2REAL_COMMAND_MODULES:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name).register(app, _fail)
+
+
+_register_sim2real()
 
 
 def main() -> None:

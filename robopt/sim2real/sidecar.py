@@ -1,0 +1,148 @@
+"""``policy.json``: what a deploy runtime must know about an exported policy, written next to the model files.
+
+Torch-free (stdlib only). Fields (format_version 1):
+    format             "robopt-policy"
+    format_version     1
+    robopt_version     the package version that exported it
+    policy_kind        "gaussian", "flow", ...
+    env_id             the training env id
+    obs_dim, action_dim
+    obs_names, action_names   lists of names, or null where the env does not name them
+    obs_low, obs_high         declared observation bounds (lists) or null (unbounded)
+    action_low, action_high   action bounds (lists); the exported model already clamps or squashes into them
+    control_period     seconds per control tick (the env's dt)
+    action_chunk       H actions per model call (1: one action; the model's output is [B, H, A] when H > 1)
+    files              {"onnx": "policy.onnx", "torchscript": "policy.pt"}: the formats present
+    files_sha256       {file name: sha256 hex} of each model file
+    weights_sha256     sha256 of the policy weights (state dict tensors in key order)
+    onnx_input, onnx_output   tensor names in the ONNX graph ("obs" [B, obs_dim] float32 -> "action")
+    config             the run's resolved config (a dict)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+FORMAT, FORMAT_VERSION, SIDECAR_NAME = "robopt-policy", 1, "policy.json"
+
+
+class DeployError(ValueError):
+    """Bad export directory, sidecar or deploy config: a one-line message naming the problem."""
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    policy_kind: str
+    env_id: str
+    obs_dim: int
+    action_dim: int
+    action_low: list[float]
+    action_high: list[float]
+    control_period: float
+    files: dict[str, str]
+    action_chunk: int = 1
+    obs_names: list[str] | None = None
+    action_names: list[str] | None = None
+    obs_low: list[float] | None = None
+    obs_high: list[float] | None = None
+    files_sha256: dict[str, str] = field(default_factory=dict)
+    weights_sha256: str = ""
+    onnx_input: str = "obs"
+    onnx_output: str = "action"
+    robopt_version: str = ""
+    config: dict = field(default_factory=dict)
+    format: str = FORMAT
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        check_sidecar(self)
+
+
+def _fail(message: str) -> None:
+    raise DeployError(f"policy.json: {message}")
+
+
+def _check_vector(name: str, value, size: int, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, list) or len(value) != size:
+        _fail(f"{name} must be a list of {size} numbers, got {value!r:.80}")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) for v in value):
+        _fail(f"{name} must hold numbers (no NaN), got {value!r:.80}")
+
+
+def check_sidecar(s: Sidecar) -> None:
+    """Raise DeployError naming the first inconsistent field."""
+    if s.format != FORMAT or s.format_version != FORMAT_VERSION:
+        _fail(f"format {s.format!r} version {s.format_version!r} is not {FORMAT!r} version {FORMAT_VERSION}")
+    for name in ("obs_dim", "action_dim", "action_chunk"):
+        value = getattr(s, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            _fail(f"{name} must be an integer >= 1, got {value!r}")
+    _check_vector("action_low", s.action_low, s.action_dim)
+    _check_vector("action_high", s.action_high, s.action_dim)
+    if not all(math.isfinite(lo) and math.isfinite(hi) and lo <= hi for lo, hi in zip(s.action_low, s.action_high)):
+        _fail("action bounds must be finite with action_low <= action_high")
+    _check_vector("obs_low", s.obs_low, s.obs_dim, optional=True)
+    _check_vector("obs_high", s.obs_high, s.obs_dim, optional=True)
+    for name, size in (("obs_names", s.obs_dim), ("action_names", s.action_dim)):
+        names = getattr(s, name)
+        if names is not None and (not isinstance(names, list) or len(names) != size):
+            _fail(f"{name} must be null or a list of {size} names")
+    period = s.control_period
+    if not isinstance(period, (int, float)) or isinstance(period, bool) or not 0.0 < period < math.inf:
+        _fail(f"control_period must be a positive number of seconds, got {period!r}")
+    if not isinstance(s.files, dict) or not s.files or not set(s.files) <= {"onnx", "torchscript"}:
+        _fail(f"files must map onnx and/or torchscript to file names, got {s.files!r}")
+
+
+def write_sidecar(directory: Path, sidecar: Sidecar) -> Path:
+    path = Path(directory) / SIDECAR_NAME
+    path.write_text(json.dumps(asdict(sidecar), indent=2, sort_keys=True))
+    return path
+
+
+def read_sidecar(directory: Path) -> Sidecar:
+    """The checked sidecar of an export directory; DeployError (one line) when missing, corrupt or inconsistent."""
+    path = Path(directory) / SIDECAR_NAME
+    if not path.is_file():
+        raise DeployError(f"{str(directory)!r} is not an export directory: no {SIDECAR_NAME}")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DeployError(f"{str(path)!r} is not valid JSON ({str(error).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise DeployError(f"{str(path)!r} must hold a JSON object")
+    known = set(Sidecar.__dataclass_fields__)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise DeployError(f"{str(path)!r} has unknown fields {unknown}")
+    try:
+        return Sidecar(**data)
+    except TypeError as error:  # a required field is missing
+        raise DeployError(f"{str(path)!r}: {error}") from None
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_files(directory: Path, sidecar: Sidecar, fmt: str) -> Path:
+    """The model file of format ``fmt`` after checking it exists and matches its recorded hash."""
+    if fmt not in sidecar.files:
+        raise DeployError(f"{str(directory)!r} has no {fmt} model; formats present: {', '.join(sidecar.files)}")
+    path = Path(directory) / sidecar.files[fmt]
+    if not path.is_file():
+        raise DeployError(f"{str(path)!r} named in {SIDECAR_NAME} is missing")
+    expected = sidecar.files_sha256.get(sidecar.files[fmt])
+    if expected and file_sha256(path) != expected:
+        raise DeployError(f"{str(path)!r} does not match the sha256 recorded in {SIDECAR_NAME} (corrupt or replaced)")
+    return path
