@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -38,7 +39,7 @@ def load_policy(run_dir: Path, config: ExperimentConfig | None = None) -> tuple[
     env.close()
     try:
         policy.load_state_dict(load_checkpoint(path)["loop"]["policy"])
-    except (RuntimeError, KeyError, EOFError, OSError) as error:
+    except (RuntimeError, KeyError, EOFError, OSError, pickle.UnpicklingError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(
             f"checkpoint {str(path)!r} does not match this robopt version or the run's config: {first}"

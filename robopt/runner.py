@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import pickle
 import random
 import signal
 import time
@@ -133,7 +134,7 @@ def initialize_policy(policy: torch.nn.Module, config: ExperimentConfig) -> None
     try:
         state = load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"]["policy"]
         policy.load_state_dict(state)
-    except (RuntimeError, KeyError, EOFError, OSError) as error:
+    except (RuntimeError, KeyError, EOFError, OSError, pickle.UnpicklingError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(
             f"init_from={str(run_dir)!r}: its policy does not fit this config's (policy sizes differ?): {first}"
@@ -223,7 +224,7 @@ def train(
             checkpoint = load_checkpoint(run_dir / LAST_CHECKPOINT)
             loop.load_state_dict(checkpoint["loop"])
             set_rng_state(checkpoint["rng"])
-        except (RuntimeError, KeyError, ValueError, EOFError, OSError) as error:
+        except (RuntimeError, KeyError, ValueError, EOFError, OSError, pickle.UnpicklingError) as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ConfigError(f"cannot resume {str(run_dir)!r}: its checkpoint does not load ({first})") from None
         wall_time_before = float(checkpoint.get("wall_time", 0.0))

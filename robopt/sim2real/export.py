@@ -1,0 +1,295 @@
+"""``robopt export``: a run's deterministic policy as ONNX and TorchScript files, checked against torch.
+
+Shapes: K parity observations, B batch, D obs dim, A action dim. The export directory (see ``sidecar``) holds
+    policy.onnx   input "obs" [B, D] float32 -> output "action" [B, A] float32, B dynamic
+    policy.pt     the same module traced with ``torch.jit.trace``
+    parity.npz    "obs" [K, D] float32: what the deterministic policy observed in the run's env; "action" [K, A]
+                  float32: the torch module's outputs on them (a deploy runtime re-checks its model against them)
+    policy.json   the sidecar: dims, action bounds, control period, sha256 of every file above, the run's config
+The module is ``policy.export_module()`` (normalizer and action bounds folded in). Everything is written to a
+temporary directory, each model is reloaded from its file and compared with torch on the K observations (batched
+and one row at a time, max |difference| <= ``TOLERANCE``) and only then moved into the output directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from robopt.config import ConfigError
+from robopt.sim2real.sidecar import DeployError, Sidecar, file_sha256, write_sidecar
+
+FORMATS = ("onnx", "torchscript")
+FILE_NAMES = {"onnx": "policy.onnx", "torchscript": "policy.pt"}
+PARITY_NAME = "parity.npz"
+TOLERANCE = 1e-5  # max |exported - torch| accepted, per action component
+EXPORT_NAMES = (*FILE_NAMES.values(), PARITY_NAME, "policy.json")  # what --force replaces in an output directory
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    out_dir: Path
+    formats: tuple[str, ...]
+    max_difference: dict[str, float]  # format -> max |exported - torch| over the parity observations
+    parity_observations: int
+    sidecar: Sidecar  # what was written as policy.json
+
+    def summary_lines(self) -> list[str]:
+        return [
+            f"{fmt}: {self.out_dir / FILE_NAMES[fmt]} (max |{fmt} - torch| {self.max_difference[fmt]:.1e} "
+            f"on {self.parity_observations} observations)"
+            for fmt in self.formats
+        ]
+
+
+@contextlib.contextmanager
+def quiet():
+    """Silence the exporters' progress lines, warnings (torch.jit.trace's deprecation) and log messages."""
+    level = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(level)
+
+
+def export_onnx(module, example, path: Path) -> None:
+    """``module`` as ONNX at ``path``: input "obs" [B, D] with a dynamic batch axis, output "action".
+
+    ``example`` [B, D] needs B >= 2 (a batch of one would be baked into the graph as a constant).
+    """
+    import torch
+
+    with quiet():
+        program = torch.onnx.export(
+            module, (example,), dynamo=True, dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
+            input_names=["obs"], output_names=["action"], verbose=False,
+        )  # fmt: skip
+        program.save(str(path))
+
+
+def export_torchscript(module, example, path: Path) -> None:
+    import torch
+
+    with quiet():
+        torch.jit.trace(module, example).save(str(path))
+
+
+def onnx_session(path: Path, threads: int | None = None):
+    """An ONNX Runtime CPU session; ``threads`` pins one intra-op pool size with sequential execution."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads is not None:
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def max_difference(call: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, reference: np.ndarray) -> float:
+    """Max |call(obs) - reference| over the whole batch [K, D] at once and over each row as a batch of one."""
+    batched = float(np.abs(call(obs) - reference).max())
+    rows = max(float(np.abs(call(obs[i : i + 1]) - reference[i : i + 1]).max()) for i in range(len(obs)))
+    return max(batched, rows)
+
+
+def weights_sha256(policy) -> str:
+    """sha256 over the bytes of the policy's state_dict tensors, keys in sorted order."""
+    import torch
+
+    digest = hashlib.sha256()
+    for _, tensor in sorted(policy.state_dict().items()):
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def control_period(env) -> float:
+    """Seconds per env step: ``env.dt`` (native envs, torch tasks) or the first Gymnasium env's ``unwrapped.dt``."""
+    period = getattr(env, "dt", None)
+    if period is None and hasattr(env, "envs"):
+        period = getattr(env.envs[0].unwrapped, "dt", None)
+    if period is None:
+        raise ConfigError(f"{env.env_id}: cannot tell the control period (the env has no dt)")
+    return float(period)
+
+
+def _obs_bounds(env) -> tuple[list[float] | None, list[float] | None]:
+    """Declared observation bounds of a Gymnasium env when all are finite, else (None, None)."""
+    space = env.envs[0].observation_space if hasattr(env, "envs") else None
+    if space is None or not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+        return None, None
+    return [float(v) for v in space.low.reshape(-1)], [float(v) for v in space.high.reshape(-1)]
+
+
+def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
+    unknown = [fmt for fmt in formats if fmt not in FORMATS]
+    if unknown or not formats:
+        raise ConfigError(f"export format must be one of {', '.join(FORMATS)}, got {', '.join(formats) or 'none'}")
+    return tuple(dict.fromkeys(formats))
+
+
+def _check_out_dir(out_dir: Path, force: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"export output {str(out_dir)!r} exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise ConfigError(f"export output {str(out_dir)!r} is not empty; pass --force to replace the export there")
+
+
+def load_exportable(run_dir: Path):
+    """The run's config, policy and its CPU export module; ConfigError (one line) when that is impossible."""
+    import pickle
+
+    from robopt.evaluation import load_policy
+
+    if not Path(run_dir).is_dir():
+        raise ConfigError(f"run directory {str(run_dir)!r} does not exist (or is not a directory)")
+    try:
+        config, policy = load_policy(run_dir)
+    except pickle.UnpicklingError:  # not a torch checkpoint at all (torch's own message suggests weights_only=False)
+        raise ConfigError(f"run {str(run_dir)!r}: its checkpoint is corrupt (not a readable torch file)") from None
+    if not callable(getattr(policy, "export_module", None)):
+        raise ConfigError(f"policy kind {config.policy.name!r} cannot be exported (it has no export_module)")
+    return config, policy, policy.export_module().cpu().eval()
+
+
+def record_observations(policy, env, steps: int, seed: int) -> np.ndarray:
+    """[steps, D] float32 observations of env row 0 while the deterministic policy acts (bounds-clamped)."""
+    import torch
+
+    rows = []
+    with torch.inference_mode():
+        obs = env.reset(seed=seed)
+        for _ in range(steps):
+            rows.append(obs[0].detach().cpu().numpy().astype(np.float32))
+            action, _ = policy.act(obs, deterministic=True)
+            obs = env.step(torch.maximum(torch.minimum(action, env.action_high), env.action_low))[0]
+    return np.stack(rows)
+
+
+def _check_model(fmt: str, path: Path, obs: np.ndarray, reference: np.ndarray) -> float:
+    if fmt == "onnx":
+        session = onnx_session(path)
+        call = lambda x: session.run(None, {"obs": x})[0]  # noqa: E731
+    else:
+        import torch
+
+        loaded = torch.jit.load(str(path))
+        call = lambda x: loaded(torch.from_numpy(x)).detach().numpy()  # noqa: E731
+    difference = max_difference(call, obs, reference)
+    if not difference <= TOLERANCE:  # NaN fails too
+        raise ConfigError(f"{fmt} export disagrees with torch: max |difference| {difference:.2e} > {TOLERANCE:g}")
+    return difference
+
+
+def _install(tmp: Path, out_dir: Path) -> None:
+    """Move the files of ``tmp`` into ``out_dir`` (replacing a previous export there), the sidecar last."""
+    if not out_dir.exists() or not any(out_dir.iterdir()):
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, out_dir)
+        return
+    for name in EXPORT_NAMES:  # --force: drop the previous export's files; other files are left alone
+        (out_dir / name).unlink(missing_ok=True)
+    for path in sorted(tmp.iterdir(), key=lambda p: p.name == "policy.json"):
+        os.replace(path, out_dir / path.name)
+    tmp.rmdir()
+
+
+def export_run(
+    run_dir: Path,
+    out_dir: Path | None = None,
+    formats: Sequence[str] = FORMATS,
+    parity_steps: int = 200,
+    force: bool = False,
+) -> ExportReport:
+    """Export the run's policy (default into RUN_DIR/export); ConfigError (one line) on any problem."""
+    import importlib.metadata
+
+    import torch
+
+    from robopt.config import config_to_dict
+    from robopt.runner import build_env
+
+    run_dir = Path(run_dir)
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / "export"
+    formats = check_formats(formats)
+    if parity_steps < 1:
+        raise ConfigError(f"parity_steps must be at least 1, got {parity_steps}")
+    _check_out_dir(out_dir, force)
+    config, policy, module = load_exportable(run_dir)
+    env = build_env(config, num_envs=1)
+    try:
+        obs = record_observations(policy, env, parity_steps, seed=config.seed + 20_000)
+        period, (obs_low, obs_high) = control_period(env), _obs_bounds(env)
+        env_id, action_low, action_high = env.env_id, env.action_low.cpu().tolist(), env.action_high.cpu().tolist()
+    finally:
+        env.close()
+    with torch.inference_mode():
+        reference = module(torch.from_numpy(obs)).numpy().astype(np.float32)  # [K, A]
+    example = torch.from_numpy(obs[:1]).expand(4, -1).contiguous()  # batch 4: the batch axis stays dynamic
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        differences = {}
+        for fmt in formats:
+            path = tmp / FILE_NAMES[fmt]
+            try:
+                (export_onnx if fmt == "onnx" else export_torchscript)(module, example, path)
+            except ImportError as error:
+                raise ConfigError(f"{fmt} export needs {error.name}: pip install 'robopt[export]'") from None
+            except Exception as error:  # an exporter failing on this module: one line, not its traceback
+                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                raise ConfigError(f"{fmt} export failed: {type(error).__name__}: {first}") from None
+            differences[fmt] = _check_model(fmt, path, obs, reference)
+        np.savez(tmp / PARITY_NAME, obs=obs, action=reference)
+        files = {fmt: FILE_NAMES[fmt] for fmt in formats}
+        sidecar = Sidecar(
+            policy_kind=config.policy.name, env_id=env_id, obs_dim=obs.shape[1], action_dim=reference.shape[1],
+            action_low=action_low, action_high=action_high, control_period=period, files=files, action_chunk=1,
+            obs_low=obs_low, obs_high=obs_high,
+            files_sha256={name: file_sha256(tmp / name) for name in [*files.values(), PARITY_NAME]},
+            weights_sha256=weights_sha256(policy), robopt_version=importlib.metadata.version("robopt"),
+            config=config_to_dict(config),
+        )  # fmt: skip
+        write_sidecar(tmp, sidecar)
+        _install(tmp, out_dir)
+    except DeployError as error:
+        raise ConfigError(str(error)) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ExportReport(out_dir, formats, differences, len(obs), sidecar)
+
+
+def register(app, fail) -> None:
+    """Add ``robopt export RUN_DIR [--format onnx|torchscript|both] [--out DIR] [--force]`` to ``app``."""
+    import typer
+
+    @app.command("export")
+    def export_command(
+        run_dir: Path = typer.Argument(..., help="run directory (runs/<experiment>/<timestamp>)"),
+        fmt: str = typer.Option("both", "--format", help="onnx, torchscript or both"),
+        out: Path | None = typer.Option(None, "--out", help="output directory (default RUN_DIR/export)"),
+        force: bool = typer.Option(False, "--force", help="replace an existing export in the output directory"),
+    ) -> None:
+        """Export the run's deterministic policy (ONNX, TorchScript) with policy.json, checked against torch."""
+        if fmt not in (*FORMATS, "both"):
+            fail(f"--format must be onnx, torchscript or both, got {fmt!r}")
+        try:
+            report = export_run(run_dir, out, FORMATS if fmt == "both" else (fmt,), force=force)
+        except ConfigError as error:
+            fail(str(error))
+        for line in report.summary_lines():
+            typer.echo(line)
