@@ -1,0 +1,319 @@
+"""``robopt sim-robot``: a simulated robot behind the UDP link, for hardware-in-the-loop tests of a deploy runtime.
+
+A robopt env (``make_env(env_id, 1)``; torch) is stepped every ``period`` seconds with the latest ACTION
+received (zeros before any; actions are clipped into the env's bounds, counted "clipped"). After each step an
+OBS packet (obs, reward, episode-ended flag; see ``protocol.py``) goes to the peer. Shapes: D obs dim, A action dim.
+
+Handshake: with no ``peer`` the server waits, not stepping, until a valid ACTION packet arrives (a hello,
+count 0, is enough; ``UdpRobot`` sends one at start and repeats it until OBS packets arrive), then sends the
+reset observation (reward 0, not ended) and steps from there. OBS packets go to the source of the latest valid
+ACTION packet, so a restarted runtime is picked up. With ``peer`` ("HOST:PORT") it sends there from the start.
+
+Link faults: each datagram in either direction is lost with probability ``loss`` ("lost_in", "lost_out") and
+delayed by ``latency_ms`` (one way). Malformed ACTION packets are dropped and counted by ``PacketError`` reason;
+duplicate and reordered ones by "duplicate" and "reordered". Nothing a datagram holds stops the server.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import typer
+
+from robopt.sim2real.network import MAX_DATAGRAM, SequenceFilter, open_socket, resolve_address, same_address
+from robopt.sim2real.protocol import KIND_ACTION, KIND_OBS, PacketError, decode, encode, obs_values
+
+
+@dataclass
+class ServeResult:
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+    steps: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        mean = float(np.mean(self.episode_returns)) if self.episode_returns else math.nan
+        c = Counter(self.counters)
+        seen = ("sent", "received", "hello", "clipped", "lost", "peer_changed", "resync", "overrun")  # not drops
+        dropped = {k: v for k, v in sorted(c.items()) if k not in seen and v}
+        dropped_text = ", ".join(f"{k}={v}" for k, v in dropped.items()) or "none"
+        return (
+            f"sim-robot: episodes {len(self.episode_returns)}, mean return {mean:.3f}, steps {self.steps}, "
+            f"packets sent {c['sent']}, received {c['received']} (hello {c['hello']}), seq gaps {c['lost']}, "
+            f"dropped: {dropped_text}"
+        )
+
+
+def env_period(env) -> float:
+    """The env's control period in seconds (``env.dt``, or the first Gymnasium env's ``unwrapped.dt``)."""
+    dt = getattr(env, "dt", None)
+    if dt is None and getattr(env, "envs", None):
+        dt = getattr(env.envs[0].unwrapped, "dt", None)
+    if dt is None:
+        raise ValueError(f"{env.env_id} does not state its control period; give --period SECONDS")
+    return float(dt)
+
+
+def parse_peer(peer: str) -> tuple[str, int]:
+    host, _, port = peer.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ValueError(f"--peer must be HOST:PORT with a port in [1, 65535], got {peer!r}")
+    return host.strip("[]"), int(port)
+
+
+def _check(name: str, value, low: float, high: float = math.inf, low_open: bool = False) -> None:
+    if value is None:
+        return
+    ok = isinstance(value, (int, float)) and math.isfinite(value) and value <= high
+    ok = ok and (value > low if low_open else value >= low)
+    if not ok:
+        bound = f"> {low}" if low_open else f">= {low}"
+        raise ValueError(f"{name} must be a finite number {bound}" + (f" and < {high}" if high < math.inf else ""))
+
+
+class SimRobotServer:
+    """Binds the socket and builds the env at construction (``address`` is then known); ``run`` serves."""
+
+    def __init__(
+        self,
+        env_id: str,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        period: float | None = None,
+        latency_ms: float = 0.0,
+        loss: float = 0.0,
+        seed: int = 0,
+        peer: str | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        _check("--period", period, 0.0, low_open=True)
+        _check("--latency-ms", latency_ms, 0.0)
+        _check("--loss", loss, 0.0, 0.999)
+        self.peer = None if peer is None else resolve_address(*parse_peer(peer))
+        self.fixed_peer = peer is not None
+        self.latency, self.loss = latency_ms / 1000.0, loss
+        self.log = log or (lambda line: print(line, flush=True))
+        self.rng = np.random.default_rng(seed)
+        from robopt.envs import make_env
+
+        self.env = make_env(env_id, 1)
+        self.env_id, self.seed = env_id, seed
+        self.period = env_period(self.env) if period is None else float(period)
+        self.low = self.env.action_low.cpu().numpy().astype(np.float64)  # [A]
+        self.high = self.env.action_high.cpu().numpy().astype(np.float64)  # [A]
+        try:
+            self.socket = open_socket(host, port)
+        except Exception:
+            self.env.close()
+            raise
+        self.address = self.socket.getsockname()
+        self.counters: Counter[str] = Counter()
+        self.action = np.zeros(self.env.action_dim)  # [A] the latest commanded action
+        self.filter = SequenceFilter()
+        self._outbox: list = []  # heap of (due, n, datagram, address)
+        self._inbox: list = []  # heap of (due, n, datagram, address)
+        self._n = 0
+
+    def ready_line(self) -> str:
+        waiting = f"sending to {self.peer[0]}:{self.peer[1]}" if self.fixed_peer else "waiting for a hello/ACTION"
+        return (
+            f"sim-robot: {self.env_id} on udp {self.address[0]}:{self.address[1]}, period {self.period:g} s, "
+            f"obs_dim {self.env.obs_dim}, action_dim {self.env.action_dim}; {waiting}"
+        )
+
+    def run(
+        self, duration: float | None = None, episodes: int | None = None, stop: threading.Event | None = None
+    ) -> ServeResult:
+        """Serve until ``duration`` seconds pass, ``episodes`` episodes end, ``stop`` is set or Ctrl-C."""
+        _check("--duration", duration, 0.0, low_open=True)
+        if episodes is not None and (not isinstance(episodes, int) or episodes < 1):
+            raise ValueError(f"--episodes must be an integer >= 1, got {episodes!r}")
+        result = ServeResult()
+        deadline = math.inf if duration is None else time.monotonic() + duration
+        self.log(self.ready_line())
+        next_step, seq = None, 0
+        try:
+            while time.monotonic() < deadline and not (stop is not None and stop.is_set()):
+                if episodes is not None and len(result.episode_returns) >= episodes:
+                    break
+                now = time.monotonic()
+                wake = min(
+                    deadline, now + 0.05, next_step or math.inf, *(q[0][0] for q in (self._inbox, self._outbox) if q)
+                )
+                self._receive(max(wake - now, 0.0))
+                now = time.monotonic()
+                self._deliver(now)
+                if next_step is None and self.peer is not None:  # start: send the reset observation
+                    obs = self.env.reset(seed=self.seed)[0].numpy()
+                    seq = self._emit(seq, obs_values(obs, 0.0, False))
+                    next_step = now + self.period
+                elif next_step is not None and now >= next_step:
+                    seq = self._step(seq, result)
+                    next_step += self.period
+                    if next_step < now:  # fell more than a period behind: do not try to catch up
+                        self.counters["overrun"] += 1
+                        next_step = now + self.period
+                self._flush(time.monotonic())
+        except KeyboardInterrupt:
+            self.log("sim-robot: interrupted")
+        result.counters = dict(self.counters)
+        return result
+
+    def close(self) -> None:
+        self.socket.close()
+        self.env.close()
+
+    def _step(self, seq: int, result: ServeResult) -> int:
+        import torch
+
+        action = torch.as_tensor(self.action[None], dtype=torch.float32)  # [1, A]
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        ended = bool(terminated[0] or truncated[0])
+        result.steps += 1
+        if ended:
+            result.episode_returns.append(float(info["episode_return"][0]))
+            result.episode_lengths.append(int(info["episode_length"][0]))
+            k = len(result.episode_returns)
+            self.log(f"episode {k}: return {result.episode_returns[-1]:.3f} ({result.episode_lengths[-1]} steps)")
+        return self._emit(seq, obs_values(obs[0].numpy(), float(reward[0]), ended))
+
+    def _emit(self, seq: int, values: np.ndarray) -> int:
+        """Queue one OBS packet (or lose it); returns the next seq."""
+        if self.rng.random() < self.loss:
+            self.counters["lost_out"] += 1
+        else:
+            self._n += 1
+            datagram = encode(KIND_OBS, seq, time.monotonic(), values)
+            heapq.heappush(self._outbox, (time.monotonic() + self.latency, self._n, datagram, self.peer))
+        return (seq + 1) % 2**32
+
+    def _flush(self, now: float) -> None:
+        while self._outbox and self._outbox[0][0] <= now:
+            _, _, datagram, address = heapq.heappop(self._outbox)
+            try:
+                self.socket.sendto(datagram, address)
+                self.counters["sent"] += 1
+            except OSError:
+                self.counters["send_failed"] += 1
+
+    def _receive(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for datagrams, then take every one waiting; each is lost or queued."""
+        self.socket.settimeout(timeout)
+        while True:
+            try:
+                datagram, address = self.socket.recvfrom(MAX_DATAGRAM)
+            except (BlockingIOError, TimeoutError):
+                return
+            except OSError:
+                self.counters["recv_error"] += 1
+                return
+            if self.rng.random() < self.loss:
+                self.counters["lost_in"] += 1
+            else:
+                self._n += 1
+                heapq.heappush(self._inbox, (time.monotonic() + self.latency, self._n, datagram, address))
+            self.socket.settimeout(0.0)
+
+    def _deliver(self, now: float) -> None:
+        while self._inbox and self._inbox[0][0] <= now:
+            _, _, datagram, address = heapq.heappop(self._inbox)
+            self._accept(datagram, address)
+
+    def _accept(self, datagram: bytes, address: tuple) -> None:
+        try:
+            packet = decode(datagram, KIND_ACTION, (0, self.env.action_dim))
+        except PacketError as error:
+            self.counters[error.reason] += 1
+            return
+        if not self.fixed_peer and (self.peer is None or not same_address(address, self.peer)):
+            if self.peer is not None:
+                self.counters["peer_changed"] += 1
+            self.peer = address
+            self.filter.reset()
+        verdict, lost = self.filter.classify(packet.seq)
+        if verdict in ("duplicate", "reordered"):
+            self.counters[verdict] += 1
+            return
+        if verdict == "resync":
+            self.counters["resync"] += 1
+        if lost:
+            self.counters["lost"] += lost
+        if packet.values.size == 0:
+            self.counters["hello"] += 1
+            return
+        self.counters["received"] += 1
+        action = packet.values.astype(np.float64)
+        clipped = np.clip(action, self.low, self.high)
+        if not np.array_equal(clipped, action):
+            self.counters["clipped"] += 1
+        self.action = clipped
+
+
+def serve(
+    env_id: str,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    period: float | None = None,
+    latency_ms: float = 0.0,
+    loss: float = 0.0,
+    seed: int = 0,
+    duration: float | None = None,
+    episodes: int | None = None,
+    peer: str | None = None,
+    stop: threading.Event | None = None,
+    log: Callable[[str], None] | None = None,
+) -> ServeResult:
+    """Build a ``SimRobotServer``, serve, close; prints (``log``) the ready line, each episode and the summary."""
+    server = SimRobotServer(env_id, port, host, period, latency_ms, loss, seed, peer, log)
+    try:
+        result = server.run(duration, episodes, stop)
+    finally:
+        server.close()
+    server.log(result.summary())
+    return result
+
+
+def register(app: typer.Typer, fail: Callable[..., None]) -> None:
+    @app.command("sim-robot")
+    def sim_robot(
+        env_id: str = typer.Argument(..., help="robopt env id to simulate, e.g. Pendulum-v1"),
+        port: int = typer.Option(..., "--port", help="UDP port to listen on (0: any free port, printed)"),
+        host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
+        period: float | None = typer.Option(None, "--period", help="seconds per step (default: the env's dt)"),
+        latency_ms: float = typer.Option(0.0, "--latency-ms", help="added one-way delay of every datagram"),
+        loss: float = typer.Option(0.0, "--loss", help="probability each datagram is lost, either direction"),
+        seed: int = typer.Option(0, "--seed", help="env reset seed and packet-loss seed"),
+        duration: float | None = typer.Option(None, "--duration", help="stop after this many seconds"),
+        episodes: int | None = typer.Option(None, "--episodes", help="stop after this many episodes"),
+        peer: str | None = typer.Option(None, "--peer", help="HOST:PORT to send OBS to from the start"),
+    ) -> None:
+        """Serve a simulated robot over UDP (OBS out, ACTION in) for hardware-in-the-loop tests."""
+        from robopt.config import ConfigError
+
+        try:
+            serve(env_id, port, host, period, latency_ms, loss, seed, duration, episodes, peer, log=typer.echo)
+        except (ValueError, ConfigError) as error:  # DeployError is a ValueError
+            fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
+
+
+def _group() -> None:
+    """Sim-to-real hardware-in-the-loop server."""
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"robopt: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+if __name__ == "__main__":  # `python -m robopt.sim2real.server sim-robot ...`, the same as `robopt sim-robot ...`
+    _app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    _app.callback()(_group)
+    register(_app, _fail)
+    _app()
