@@ -1,0 +1,124 @@
+"""The robot link the deploy runtime talks to, and ``--robot`` specs that build one.
+
+Torch-free (numpy, stdlib). Shapes: D obs dim, A action dim. A robot hands out its latest observation [D] with the
+time it was measured (``time.monotonic()`` seconds of this process) and takes actions [A]; it never raises on bad
+data, it drops and counts it. Specs:
+    ``sim:ENV_ID[?noise=0.01&latency_ms=10&delay_ticks=1&drop=0.01&seed=0]``  a simulated robot (SimRobot, torch)
+    ``udp://HOST:PORT``                                                        a robot behind the UDP protocol
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol, runtime_checkable
+from urllib.parse import parse_qsl, urlsplit
+
+import numpy as np
+
+from robopt.sim2real.sidecar import DeployError, Sidecar
+
+SIM_OPTIONS = {"noise": float, "latency_ms": float, "delay_ticks": int, "drop": float, "seed": int}
+
+
+@runtime_checkable
+class RobotInterface(Protocol):
+    """What the control loop needs from a robot (real, simulated or behind a network link)."""
+
+    obs_dim: int
+    action_dim: int
+    counters: dict[str, int]  # events this robot link dropped or saw, e.g. {"bad_checksum": 3, "dropped": 10}
+    episode_returns: list[float]  # returns of episodes the robot finished (simulated robots; [] for real ones)
+
+    def read(self) -> tuple[np.ndarray | None, float]:
+        """Latest observation ([D] float64 copy) and when it was measured (``time.monotonic()``); (None, nan) before
+        anything arrived. Never raises on bad data: drops it and counts it."""
+        ...
+
+    def send(self, action: np.ndarray) -> None:
+        """Send action [A]; never raises: a closed or failing link counts ``send_failed``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def _parse_sim_options(spec: str, query: str) -> dict[str, float | int]:
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise DeployError(f"--robot {spec!r}: options must read key=value&key=value") from None
+    options: dict[str, float | int] = {}
+    for key, raw in pairs:
+        if key not in SIM_OPTIONS:
+            raise DeployError(f"--robot {spec!r}: unknown option {key!r}; allowed: {', '.join(SIM_OPTIONS)}")
+        try:
+            value = SIM_OPTIONS[key](raw)
+        except ValueError:
+            raise DeployError(f"--robot {spec!r}: {key}={raw!r} is not {SIM_OPTIONS[key].__name__}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise DeployError(f"--robot {spec!r}: {key} must be finite, got {raw!r}")
+        options[key] = value
+    if options.get("noise", 0.0) < 0 or options.get("latency_ms", 0.0) < 0 or options.get("delay_ticks", 0) < 0:
+        raise DeployError(f"--robot {spec!r}: noise, latency_ms and delay_ticks must be >= 0")
+    if not 0.0 <= options.get("drop", 0.0) < 1.0:
+        raise DeployError(f"--robot {spec!r}: drop is a probability in [0, 1), got {options['drop']}")
+    return options
+
+
+def _sim_robot(spec: str, sidecar: Sidecar, realtime: bool) -> RobotInterface:
+    env_id, _, query = spec[len("sim:") :].partition("?")
+    if not env_id:
+        raise DeployError(f"--robot {spec!r}: missing env id, e.g. sim:{sidecar.env_id}")
+    options = _parse_sim_options(spec, query)
+    from robopt.sim2real.simrobot import SimRobot  # torch and the simulators: only for simulated robots
+
+    try:
+        robot = SimRobot(
+            env_id,
+            sidecar.control_period,
+            obs_noise=options.get("noise", 0.0),
+            latency_ms=options.get("latency_ms", 0.0),
+            delay_ticks=options.get("delay_ticks", 0),
+            drop=options.get("drop", 0.0),
+            seed=options.get("seed", 0),
+            realtime=realtime,
+        )
+    except Exception as error:  # an unknown id, a missing simulator dependency...: the spec cannot be served
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise DeployError(f"--robot {spec!r}: cannot build the simulated robot: {message}") from None
+    if (robot.obs_dim, robot.action_dim) != (sidecar.obs_dim, sidecar.action_dim):
+        robot.close()
+        raise DeployError(
+            f"--robot {spec!r}: the env has obs_dim {robot.obs_dim}, action_dim {robot.action_dim} but the policy "
+            f"expects {sidecar.obs_dim}, {sidecar.action_dim} (trained on {sidecar.env_id})"
+        )
+    return robot
+
+
+def _udp_robot(spec: str, sidecar: Sidecar) -> RobotInterface:
+    try:
+        parts = urlsplit(spec)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if not host or port is None or parts.path not in ("", "/") or parts.query:
+        raise DeployError(f"--robot {spec!r}: expected udp://HOST:PORT with a port in 1..65535")
+    from robopt.sim2real.network import UdpRobot
+
+    try:
+        return UdpRobot(host, port, sidecar.obs_dim, sidecar.action_dim)
+    except (OSError, ValueError) as error:
+        raise DeployError(f"--robot {spec!r}: cannot open the UDP link ({error})") from None
+
+
+def parse_robot(spec: str, sidecar: Sidecar, *, realtime: bool = True) -> RobotInterface:
+    """The robot a ``--robot`` spec names; DeployError (one line) for a bad spec.
+
+    ``realtime=False`` builds a simulated robot stepped by ``step_sync()`` (tests); network robots ignore it.
+    """
+    if not isinstance(spec, str):
+        raise DeployError(f"--robot must be a string, got {spec!r}")
+    if spec.startswith("sim:"):
+        return _sim_robot(spec, sidecar, realtime)
+    if spec.startswith("udp://"):
+        return _udp_robot(spec, sidecar)
+    raise DeployError(f"--robot {spec!r}: expected sim:ENV_ID[?noise=..&latency_ms=..] or udp://HOST:PORT")

@@ -1,0 +1,311 @@
+"""The deploy runtime's safety layer and tick log: pure numpy, no I/O, no clock of its own.
+
+Shapes: D obs dim, A action dim. ``SafetyLayer.tick(obs, obs_time, now) -> (action [A], flags)`` checks, in order:
+    e-stop latched                          -> safe action
+    no observation, or stale (now - obs_time > stale_timeout, or obs_time not a number) -> safe action
+    wrong size (or not convertible to numbers) -> safe action
+    NaN / Inf (also values that overflow float32) -> safe action
+    outside [obs_low, obs_high]             -> safe action, or clipped into the bounds (``clip_obs``)
+    the policy (a callable obs [D] float32 -> action [A]); it raising or returning NaN/Inf/wrong size -> safe action
+    clamp into [action_low, action_high]    (flag CLAMPED)
+    rate limit: |action - previous sent action| <= max_action_delta per tick (flag RATE_LIMITED)
+    ``estop_after`` consecutive faulty ticks latch the e-stop until ``reset()``.
+The safe action's target is the last sent action (``hold``), zero clipped into the bounds (``zero``) or a fixed
+``posture``; it is rate-limited toward that target like any action, so a posture far away is approached gradually.
+Hence every action returned is finite, within the action bounds and (with a rate limit) within max_action_delta of
+the previous one. The previous action starts as ``initial_action`` (default: zero clipped into the bounds).
+Faulty ticks: every check above that sends the safe action, plus watchdog overruns (``record_overrun``); an
+observation clipped into its bounds, a clamped or rate-limited action are corrections, not faults. Ticks before the
+first observation ever arrives are flagged WAITING and are not faults (a robot that has not started yet).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+ESTOP = 1 << 0  # the e-stop is latched: the safe action was sent
+WAITING = 1 << 1  # no observation has ever arrived (not a fault)
+NO_OBS = 1 << 2
+STALE = 1 << 3
+WRONG_SIZE = 1 << 4
+NON_FINITE_OBS = 1 << 5
+OBS_BOUNDS = 1 << 6  # an observation outside its bounds (safe action, or clipped with clip_obs)
+BAD_ACTION = 1 << 7  # the policy raised or returned NaN/Inf or the wrong size
+CLAMPED = 1 << 8
+RATE_LIMITED = 1 << 9
+WATCHDOG = 1 << 10  # the tick's compute exceeded the watchdog budget (set by the control loop)
+SAFE_ACTION = 1 << 11  # the action sent was the (rate-limited) safe action
+ESTOP_TRIPPED = 1 << 12  # this tick latched the e-stop
+FLAG_NAMES = {
+    ESTOP: "estop",
+    WAITING: "waiting",
+    NO_OBS: "no_obs",
+    STALE: "stale",
+    WRONG_SIZE: "wrong_size",
+    NON_FINITE_OBS: "non_finite_obs",
+    OBS_BOUNDS: "obs_bounds",
+    BAD_ACTION: "bad_action",
+    CLAMPED: "clamped",
+    RATE_LIMITED: "rate_limited",
+    WATCHDOG: "watchdog",
+    SAFE_ACTION: "safe_action",
+    ESTOP_TRIPPED: "estop_trips",
+}
+SAFE_ACTIONS = ("hold", "zero", "posture")
+
+
+def flag_names(flags: int) -> list[str]:
+    """The names of the bits set in ``flags``."""
+    return [name for bit, name in FLAG_NAMES.items() if flags & bit]
+
+
+def _vector(name: str, value, size: int) -> np.ndarray:
+    array = np.asarray(value, dtype=np.float64)
+    if array.ndim == 0:
+        array = np.full(size, float(array))
+    if array.shape != (size,):
+        raise ValueError(f"{name} must be a number or a list of {size} numbers, got shape {list(array.shape)}")
+    return array
+
+
+class SafetyLayer:
+    """Turns (observation, its time, now) into an action that is always safe to send; see the module docstring."""
+
+    def __init__(
+        self,
+        policy: Callable[[np.ndarray], np.ndarray],
+        obs_dim: int,
+        action_low,
+        action_high,
+        *,
+        obs_low=None,
+        obs_high=None,
+        clip_obs: bool = False,
+        max_action_delta=None,
+        stale_timeout: float = math.inf,
+        estop_after: int = 0,
+        safe_action: str = "hold",
+        posture=None,
+        initial_action=None,
+    ) -> None:
+        self.policy, self.obs_dim = policy, int(obs_dim)
+        self.action_low = np.asarray(action_low, dtype=np.float64).reshape(-1)  # [A]
+        self.action_high = np.asarray(action_high, dtype=np.float64).reshape(-1)  # [A]
+        action_dim = self.action_dim = self.action_low.size
+        if self.action_high.shape != (action_dim,) or not np.isfinite([self.action_low, self.action_high]).all():
+            raise ValueError("action_low and action_high must be finite vectors of the same size")
+        if (self.action_low > self.action_high).any():
+            raise ValueError("action_low must be <= action_high")
+        self.obs_low = None if obs_low is None else _vector("obs_low", obs_low, self.obs_dim)  # [D]
+        self.obs_high = None if obs_high is None else _vector("obs_high", obs_high, self.obs_dim)  # [D]
+        for name, bound in (("obs_low", self.obs_low), ("obs_high", self.obs_high)):
+            if bound is not None and np.isnan(bound).any():
+                raise ValueError(f"{name} must not hold NaN")
+        if self.obs_low is not None and self.obs_high is not None and (self.obs_low > self.obs_high).any():
+            raise ValueError("obs_low must be <= obs_high")
+        self.clip_obs = clip_obs
+        self.max_action_delta = None
+        if max_action_delta is not None:
+            self.max_action_delta = _vector("max_action_delta", max_action_delta, action_dim)  # [A]
+            if not (self.max_action_delta > 0).all():  # also refuses NaN
+                raise ValueError(f"max_action_delta must be > 0 (null: no limit), got {max_action_delta!r}")
+        if not stale_timeout > 0:
+            raise ValueError(f"stale_timeout must be > 0 seconds, got {stale_timeout!r}")
+        if estop_after < 0:
+            raise ValueError(f"estop_after must be >= 0 (0: never), got {estop_after!r}")
+        self.stale_timeout, self.estop_after = float(stale_timeout), int(estop_after)
+        if safe_action not in SAFE_ACTIONS:
+            raise ValueError(f"safe_action {safe_action!r} is not allowed; allowed: {', '.join(SAFE_ACTIONS)}")
+        self.safe_action = safe_action
+        zero = np.clip(np.zeros(action_dim), self.action_low, self.action_high)  # [A]
+        self.posture = zero
+        if safe_action == "posture":
+            if posture is None:
+                raise ValueError("safe_action posture needs a posture (a list of action values)")
+            self.posture = _vector("posture", posture, action_dim)
+            if not np.isfinite(self.posture).all() or (self.posture < self.action_low).any():
+                raise ValueError("posture must be finite and within the action bounds")
+            if (self.posture > self.action_high).any():
+                raise ValueError("posture must be finite and within the action bounds")
+        initial = zero if initial_action is None else _vector("initial_action", initial_action, action_dim)
+        self.last_action = np.clip(initial, self.action_low, self.action_high)  # [A]: the previous action sent
+        self.counters = {name: 0 for name in FLAG_NAMES.values()}
+        self.counters["ticks"] = 0
+        self.estopped, self.consecutive_faults = False, 0
+        self._seen_obs = False
+        self._fault_mask = NO_OBS | STALE | WRONG_SIZE | NON_FINITE_OBS | BAD_ACTION | WATCHDOG
+        if not clip_obs:
+            self._fault_mask |= OBS_BOUNDS
+        self._last_tick_faulty, self._faults_before = False, 0
+
+    def tick(self, obs, obs_time, now: float) -> tuple[np.ndarray, int]:
+        """The action [A] float64 to send now and the flags (bitmask) of the checks that fired."""
+        target, flags = None, 0
+        if self.estopped:
+            flags = ESTOP
+        else:
+            obs32, flags = self._check_obs(obs, obs_time, now)
+            if obs32 is not None:
+                target, flags = self._policy_action(obs32, flags)
+            faulty = bool(flags & self._fault_mask)
+            self._note_fault(faulty)
+            if faulty and self.estop_after and self.consecutive_faults >= self.estop_after:
+                self.estopped = True
+                flags |= ESTOP_TRIPPED
+        if target is None:
+            target = self.last_action if self.safe_action == "hold" else self.posture
+            flags |= SAFE_ACTION
+        action = self._rate_limit(target)
+        if self.max_action_delta is not None and (np.abs(target - self.last_action) > self.max_action_delta).any():
+            flags |= RATE_LIMITED
+        self.last_action = action
+        self._count(flags)
+        return action.copy(), flags
+
+    def record_overrun(self) -> int:
+        """The last tick's compute exceeded the watchdog: it counts as a fault. Returns the flags to add to it."""
+        flags = WATCHDOG
+        if not self.estopped:
+            if not self._last_tick_faulty:  # the tick becomes faulty: it continues the run of faults before it
+                self.consecutive_faults = self._faults_before
+                self._note_fault(True)
+            if self.estop_after and self.consecutive_faults >= self.estop_after:
+                self.estopped = True
+                flags |= ESTOP_TRIPPED
+        self._count(flags, tick=False)
+        return flags
+
+    def estop(self) -> None:
+        """Latch the e-stop: the safe action from the next tick on, until ``reset()``."""
+        self.estopped = True
+
+    def reset(self) -> None:
+        """Release the e-stop and forget past faults (counters are kept)."""
+        self.estopped, self.consecutive_faults, self._last_tick_faulty, self._faults_before = False, 0, False, 0
+        self._reset_policy()
+
+    def _check_obs(self, obs, obs_time, now: float) -> tuple[np.ndarray | None, int]:
+        """The float32 observation [D] for the policy, or None with the flag of the first check that failed."""
+        if obs is None:
+            return None, (NO_OBS if self._seen_obs else WAITING)
+        self._seen_obs = True
+        try:
+            age = float(now) - float(obs_time)
+        except (TypeError, ValueError):
+            age = math.nan
+        if not age <= self.stale_timeout:  # NaN (no or bad timestamp) is stale too
+            return None, STALE
+        try:
+            array = np.asarray(obs, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):
+            return None, WRONG_SIZE
+        if array.size != self.obs_dim or array.ndim > 2:
+            return None, WRONG_SIZE
+        with np.errstate(over="ignore", invalid="ignore"):
+            obs32 = array.reshape(self.obs_dim).astype(np.float32)  # values beyond float32 become inf
+        if not np.isfinite(obs32).all():
+            return None, NON_FINITE_OBS
+        outside = (self.obs_low is not None and (obs32 < self.obs_low).any()) or (
+            self.obs_high is not None and (obs32 > self.obs_high).any()
+        )
+        if not outside:
+            return obs32, 0
+        if not self.clip_obs:
+            return None, OBS_BOUNDS
+        low = -np.inf if self.obs_low is None else self.obs_low
+        high = np.inf if self.obs_high is None else self.obs_high
+        return np.clip(obs32, low, high).astype(np.float32), OBS_BOUNDS
+
+    def _policy_action(self, obs32: np.ndarray, flags: int) -> tuple[np.ndarray | None, int]:
+        try:
+            action = np.asarray(self.policy(obs32), dtype=np.float64).reshape(-1)  # [A]
+        except Exception:  # a failing model must not stop the loop: the safe action goes out instead
+            return None, flags | BAD_ACTION
+        if action.shape != (self.action_dim,) or not np.isfinite(action).all():
+            return None, flags | BAD_ACTION
+        clamped = np.minimum(np.maximum(action, self.action_low), self.action_high)  # np.clip costs 3x more here
+        if (clamped != action).any():
+            flags |= CLAMPED
+        return clamped, flags
+
+    def _rate_limit(self, target: np.ndarray) -> np.ndarray:
+        if self.max_action_delta is None:
+            return np.minimum(np.maximum(target, self.action_low), self.action_high)
+        step = np.minimum(np.maximum(target - self.last_action, -self.max_action_delta), self.max_action_delta)
+        # the final clamp only undoes rounding: last_action and target are both within the bounds
+        return np.minimum(np.maximum(self.last_action + step, self.action_low), self.action_high)
+
+    def _note_fault(self, faulty: bool) -> None:
+        self._last_tick_faulty, self._faults_before = faulty, self.consecutive_faults
+        self.consecutive_faults = self.consecutive_faults + 1 if faulty else 0
+        if faulty:
+            self._reset_policy()
+
+    def _reset_policy(self) -> None:
+        reset = getattr(self.policy, "reset", None)
+        if callable(reset):
+            reset()
+
+    def _count(self, flags: int, tick: bool = True) -> None:
+        self.counters["ticks"] += int(tick)
+        for bit, name in FLAG_NAMES.items():
+            if flags & bit:
+                self.counters[name] += 1
+
+
+class TickLog:
+    """The last ``capacity`` ticks in a ring: tick, time [s], obs_age [s], compute_us, flags, action [A]."""
+
+    def __init__(self, capacity: int, action_dim: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"log capacity must be >= 1 tick, got {capacity}")
+        self.dtype = np.dtype(
+            [
+                ("tick", np.int64),
+                ("time", np.float64),
+                ("obs_age", np.float64),
+                ("compute_us", np.float64),
+                ("flags", np.int64),
+                ("action", np.float32, (action_dim,)),
+            ]
+        )
+        self._data = np.zeros(capacity, dtype=self.dtype)
+        self.capacity, self.total = capacity, 0
+
+    def append(self, tick: int, time: float, obs_age: float, compute_us: float, flags: int, action) -> None:
+        self._data[self.total % self.capacity] = (tick, time, obs_age, compute_us, flags, action)
+        self.total += 1
+
+    def __len__(self) -> int:
+        return min(self.total, self.capacity)
+
+    def records(self) -> np.ndarray:
+        """The kept ticks, oldest first (a copy)."""
+        if self.total <= self.capacity:
+            return self._data[: self.total].copy()
+        start = self.total % self.capacity
+        return np.concatenate([self._data[start:], self._data[:start]])
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb") as handle:  # a handle, so np.save keeps the name as given
+            np.save(handle, self.records(), allow_pickle=False)
+        return path
+
+
+def load_log(path: str | Path) -> np.ndarray:
+    """A tick log saved by ``TickLog.save`` (a structured array); ValueError when the file is not one."""
+    try:
+        records = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{str(path)!r} is not a tick log ({str(error).splitlines()[0]})") from None
+    if records.dtype.names is None or not {"tick", "time", "obs_age", "compute_us", "flags", "action"} <= set(
+        records.dtype.names
+    ):
+        raise ValueError(f"{str(path)!r} is not a tick log (fields {records.dtype.names})")
+    return records
