@@ -39,7 +39,9 @@ def load_policy(run_dir: Path, config: ExperimentConfig | None = None) -> tuple[
     env.close()
     try:
         policy.load_state_dict(load_checkpoint(path)["loop"]["policy"])
-    except (RuntimeError, KeyError, EOFError, OSError, pickle.UnpicklingError) as error:
+    except pickle.UnpicklingError:  # not a torch file at all (torch's own message suggests weights_only=False)
+        raise ConfigError(f"checkpoint {str(path)!r} is corrupt (not a readable torch file)") from None
+    except (RuntimeError, KeyError, EOFError, OSError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(
             f"checkpoint {str(path)!r} does not match this robopt version or the run's config: {first}"

@@ -151,16 +151,11 @@ def _check_out_dir(out_dir: Path, force: bool) -> None:
 
 def load_exportable(run_dir: Path):
     """The run's config, policy and its CPU export module; ConfigError (one line) when that is impossible."""
-    import pickle
-
     from robopt.evaluation import load_policy
 
     if not Path(run_dir).is_dir():
         raise ConfigError(f"run directory {str(run_dir)!r} does not exist (or is not a directory)")
-    try:
-        config, policy = load_policy(run_dir)
-    except pickle.UnpicklingError:  # not a torch checkpoint at all (torch's own message suggests weights_only=False)
-        raise ConfigError(f"run {str(run_dir)!r}: its checkpoint is corrupt (not a readable torch file)") from None
+    config, policy = load_policy(run_dir)  # one-line ConfigError for a missing, corrupt or mismatched checkpoint
     if not callable(getattr(policy, "export_module", None)):
         raise ConfigError(f"policy kind {config.policy.name!r} cannot be exported (it has no export_module)")
     return config, policy, policy.export_module().cpu().eval()

@@ -164,7 +164,7 @@ def test_cli_bad_input_is_one_line(exports, tmp_path):
     cases = [
         ([str(tmp_path / "missing")], "does not exist"),
         ([str(no_checkpoint)], "has no checkpoint yet"),
-        ([str(corrupt), "--out", str(tmp_path / "x")], "checkpoint is corrupt"),
+        ([str(corrupt), "--out", str(tmp_path / "x")], "is corrupt (not a readable torch file)"),
         ([str(run_dir)], "is not empty; pass --force"),
         ([str(run_dir), "--format", "pdf"], "--format must be onnx, torchscript or both, got 'pdf'"),
     ]

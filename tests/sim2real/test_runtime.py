@@ -7,11 +7,9 @@ import math
 import re
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
-import torch
 
 from robopt.config import ConfigError
 from robopt.sim2real import safety as S
@@ -27,7 +25,7 @@ from robopt.sim2real.runtime import (
     load_export,
     load_log,
 )
-from robopt.sim2real.sidecar import DeployError, Sidecar, file_sha256, write_sidecar
+from robopt.sim2real.sidecar import DeployError, Sidecar, write_sidecar
 
 LOW, HIGH = np.array([-1.0, -2.0]), np.array([1.0, 2.0])
 
@@ -388,48 +386,6 @@ def test_loop_runs_action_chunks_tick_by_tick():
 # ---------------------------------------------------------------- ONNX export, start-up checks, end to end
 
 
-@pytest.fixture(scope="module")
-def export_dir(tmp_path_factory):
-    """A tiny Gaussian policy for Pendulum-v1 (D=3, A=1) exported to ONNX with policy.json and parity.npz."""
-    from robopt.policies.gaussian import GaussianPolicy
-
-    torch.manual_seed(0)
-    policy = GaussianPolicy(3, 1, torch.tensor([-2.0]), torch.tensor([2.0]), hidden=(16,), normalize_obs=False)
-    with torch.no_grad():
-        for parameter in policy.mean_net.parameters():
-            parameter.normal_(0.0, 0.7)  # an untrained but far from zero policy: it swings the pendulum
-    module = policy.export_module().eval()
-    directory = tmp_path_factory.mktemp("export")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module,
-            (torch.zeros(2, 3),),
-            str(directory / "policy.onnx"),
-            dynamo=False,
-            input_names=["obs"],
-            output_names=["action"],
-            dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
-        )
-    obs = torch.randn(32, 3) * 2
-    with torch.no_grad():
-        np.savez(directory / "parity.npz", obs=obs.numpy(), action=module(obs).numpy())
-    hashes = {name: file_sha256(directory / name) for name in ("policy.onnx", "parity.npz")}
-    sidecar = Sidecar(
-        policy_kind="gaussian",
-        env_id="Pendulum-v1",
-        obs_dim=3,
-        action_dim=1,
-        action_low=[-2.0],
-        action_high=[2.0],
-        control_period=0.05,
-        files={"onnx": "policy.onnx"},
-        files_sha256=hashes,
-    )
-    write_sidecar(directory, sidecar)
-    return directory
-
-
 def test_load_export_checks_parity_and_dims(export_dir, tmp_path):
     import shutil
 
@@ -457,23 +413,7 @@ def test_load_export_checks_parity_and_dims(export_dir, tmp_path):
         load_export(tmp_path / "nowhere")
 
 
-def pendulum_reference_returns(policy, episodes: int) -> list[float]:
-    """Returns of the plain closed loop obs -> ONNX action -> Gymnasium step (seed 0), no runtime in between."""
-    import gymnasium as gym
-
-    env = gym.make("Pendulum-v1")
-    obs, _ = env.reset(seed=0)
-    returns, total = [], 0.0
-    while len(returns) < episodes:
-        obs, reward, terminated, truncated, _ = env.step(policy(obs.astype(np.float32)))
-        total += reward
-        if terminated or truncated:
-            returns.append(total)
-            obs, total = env.reset()[0], 0.0
-    return returns
-
-
-def test_control_loop_on_a_simulated_robot_matches_the_plain_closed_loop(export_dir, tmp_path):
+def test_control_loop_on_a_simulated_robot_matches_the_plain_closed_loop(export_dir, tmp_path, pendulum_returns):
     from robopt.sim2real.robots import parse_robot
 
     sidecar, policy = load_export(export_dir)
@@ -482,7 +422,7 @@ def test_control_loop_on_a_simulated_robot_matches_the_plain_closed_loop(export_
     loop = ControlLoop(policy, robot, sidecar, config, clock=robot.clock, realtime=False)
     summary = loop.run(ticks=400)
     loop.close()
-    reference = pendulum_reference_returns(policy, 2)  # 200 steps per Pendulum episode
+    reference = pendulum_returns(policy, 2)  # 200 steps per Pendulum episode
     np.testing.assert_allclose(summary["episode_returns"], reference, rtol=1e-5)
     assert max(reference) - min(reference) > 1.0 and summary["counters"]["safe_action"] == 0
     records = load_log(tmp_path / "ticks.npy")
