@@ -192,7 +192,12 @@ def list_registered() -> None:
 
 # Sim-to-real commands live with their package; each module's ``register(app, fail)`` adds its commands (export,
 # deploy, sim-robot, evaluate-transfer) and imports nothing heavy until a command runs.
-SIM2REAL_COMMAND_MODULES = ("robopt.sim2real.export", "robopt.sim2real.deploy", "robopt.sim2real.server")
+SIM2REAL_COMMAND_MODULES = (
+    "robopt.sim2real.export",
+    "robopt.sim2real.deploy",
+    "robopt.sim2real.server",
+    "robopt.sim2real.evaluate",
+)
 
 
 def _register_sim2real() -> None:
