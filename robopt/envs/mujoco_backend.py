@@ -32,7 +32,7 @@ import mujoco
 import numpy as np
 import torch
 
-from robopt.envs.physics import check_fields, check_params, check_saved_state, nominal_params_of
+from robopt.envs.physics import check_body, check_fields, check_params, check_saved_state, nominal_params_of
 
 _STATE_SPEC = mujoco.mjtState.mjSTATE_TIME | mujoco.mjtState.mjSTATE_QPOS | mujoco.mjtState.mjSTATE_QVEL
 # Everything mj_step reads: time, qpos, qvel, act, warm start, ctrl and the other user inputs (checkpoints)
@@ -144,6 +144,13 @@ class MujocoBackend:
                     getattr(model, name)[:] = value[row]
             mujoco.mj_setConst(model, self._datas[i])  # body_subtreemass, dof_M0... follow the new masses
             self._body_mass[i] = model.body_mass
+
+    def set_external_force(self, env_ids: torch.Tensor, body: int, force: torch.Tensor) -> None:
+        """Set ``data.xfrc_applied[body]`` of rows env_ids [M] to force [M, 6] (kept until set again or reset)."""
+        check_body(body, self.mj_model.nbody)
+        values = force.detach().to("cpu", torch.float64).numpy()
+        for row, i in enumerate(env_ids.tolist()):
+            self._datas[i].xfrc_applied[body] = values[row]
 
     def nominal_params(self) -> dict[str, torch.Tensor]:
         """Nominal parameter values (``body_mass`` [Bd], ``geom_friction`` [G, 3], ...), float64 CPU copies."""

@@ -4,7 +4,9 @@ Shapes: N envs, M rows being reset, D obs dim, A action dim.
 
 Per-env model parameters: ``set_model_params`` sets a row's base values (absolute), applied at that row's
 next reset; a ``Randomization`` multiplies them by fresh U(low, high) scales (one per element) at every
-reset. Rows left at their nominal values with no randomization never pay for it.
+reset. Rows left at their nominal values with no randomization never pay for it. The other randomization
+knobs (action delay and noise, observation noise, pushes) and ``privileged_obs()`` are described in
+``robopt.envs.randomization``; with every knob off the env steps exactly as without them.
 
 Unstable simulation (MuJoCo reset the row itself, or its state is not finite): the row ends with
 ``terminated=True``, reward 0 and ``final_obs`` = its last good observation (so nothing NaN reaches the
@@ -20,7 +22,6 @@ none of these attributes, so ``hasattr(env, "compute_reward")`` tells the two ap
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import mujoco
@@ -28,47 +29,14 @@ import torch
 
 from robopt.envs.episode_stats import EpisodeTracker
 from robopt.envs.physics import PARAM_NAMES, PhysicsBackend, load_asset_model
+from robopt.envs.randomization import Randomization, Randomizer
+
+__all__ = ["NativeVecEnv", "Randomization", "check_action", "load_model", "make_native_env"]
 
 if TYPE_CHECKING:
     from robopt.envs.tasks.base import Task
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Randomization:
-    """Domain randomization: each parameter element is scaled by U(low, high) at every reset of its row."""
-
-    body_mass: tuple[float, float] = (1.0, 1.0)
-    """Scale range for every body mass."""
-    geom_friction: tuple[float, float] = (1.0, 1.0)
-    """Scale range for every geom's (sliding, torsional, rolling) friction."""
-    dof_damping: tuple[float, float] = (1.0, 1.0)
-    """Scale range for every joint DoF damping."""
-    actuator_gain: tuple[float, float] = (1.0, 1.0)
-    """Scale range for every actuator gain (motor force per unit ctrl)."""
-
-    @classmethod
-    def from_config(cls, value: Randomization | dict | None) -> Randomization:
-        """Build from a config mapping such as ``{"body_mass": [0.8, 1.2]}``; unknown keys are errors."""
-        if value is None or isinstance(value, Randomization):
-            return value or cls()
-        allowed = [f.name for f in fields(cls)]
-        unknown = [key for key in value if key not in allowed]
-        if unknown:
-            raise ValueError(f"unknown randomization keys {unknown}; allowed: {', '.join(allowed)}")
-        parsed = {}
-        for key, bounds in value.items():
-            low, high = (float(b) for b in bounds)
-            if not 0.0 < low <= high:
-                raise ValueError(f"randomization {key}={list(bounds)}: need 0 < low <= high")
-            parsed[key] = (low, high)
-        return cls(**parsed)
-
-    @property
-    def active(self) -> bool:
-        """Whether any range differs from (1, 1)."""
-        return any(getattr(self, name) != (1.0, 1.0) for name in PARAM_NAMES)
 
 
 def check_action(env_id: str, action: torch.Tensor, num_envs: int, action_dim: int) -> None:
@@ -113,6 +81,11 @@ class NativeVecEnv:
         self._generator.manual_seed(seed) if seed is not None else self._generator.seed()
         nominal = physics.nominal_params()
         self._base_params = {k: v.expand(self.num_envs, *v.shape).clone() for k, v in nominal.items()}
+        dtype = physics.state()["qpos"].dtype
+        bounds = (self.action_low, self.action_high)
+        self._randomizer = Randomizer(self.randomization, model, nominal, self.device, dtype, bounds, self.num_envs)
+        self.privileged_dim = self._randomizer.privileged_dim
+        self._randomizer.seed_steps(self._generator)
         self._custom = torch.zeros(self.num_envs, dtype=torch.bool)  # rows with non-nominal base params
         self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)  # [N]
         self._tracker = EpisodeTracker(self.num_envs, self.device)
@@ -127,6 +100,7 @@ class NativeVecEnv:
         """Reset every row; a seed restarts the reset-noise stream (same seed, same episodes)."""
         if seed is not None:
             self._generator.manual_seed(seed)
+            self._randomizer.seed_steps(self._generator)
         self._obs, self._position = self._reset_rows(torch.arange(self.num_envs))
         self._elapsed.zero_()
         self._tracker.reset()
@@ -135,11 +109,18 @@ class NativeVecEnv:
     def step(self, action: torch.Tensor):
         """Step every row with action [N, A]; see ``robopt.core.protocols.VecEnv``. Adds info["unstable"] [N]."""
         check_action(self.env_id, action, self.num_envs, self.action_dim)
+        randomizer = self._randomizer
+        if randomizer.acts_on_actions:  # the action the actuators apply (delayed, noisy)
+            action = randomizer.action(action.detach().to(self.device, self._position.dtype))
         action = action.detach().to(self.physics.device, self._position.dtype)
+        if self.randomization.pushes:
+            rows, force = randomizer.push_step()
+            self.physics.set_external_force(rows, randomizer.push_body, force)
         unstable = self.physics.step(action, self.task.frame_skip)  # [N]
         state = self.physics.state()
         position = self.task.tracked_position(state)  # [N, P], the next step's "before"
-        obs = self.task.observe(state).to(self.device, torch.float32)  # [N, D]
+        clean_obs = self.task.observe(state).to(self.device, torch.float32)  # [N, D]
+        obs = randomizer.observe(clean_obs)  # what the policy sees, also as final_obs
         reward, terminated = self.task.reward(state, action, self._position, self.dt)
         reward, terminated = reward.to(self.device, torch.float32), terminated.to(self.device)
         unstable = unstable.to(self.device)
@@ -154,6 +135,7 @@ class NativeVecEnv:
             terminated, truncated = terminated | unstable, truncated & ~unstable
         done = terminated | truncated
         next_obs = obs.clone()  # never the same tensor as info["final_obs"]
+        final_privileged = self.privileged_obs() if self.privileged_dim else None
         ended = done.nonzero()[:, 0]
         if ended.numel() > 0:
             next_obs[ended], position[ended.to(position.device)] = self._reset_rows(ended.cpu())
@@ -161,10 +143,24 @@ class NativeVecEnv:
         episode_return, episode_length = self._tracker.update(reward, done)
         info = {"final_obs": obs, "episode_return": episode_return, "episode_length": episode_length}
         info["unstable"] = unstable
-        if self._goal_task:  # the success of an episode that ended is that of its last observation
-            info["is_success"] = self.task.is_success(obs[:, self.achieved_goal], obs[:, self.desired_goal])
+        if final_privileged is not None:
+            info["final_privileged_obs"] = final_privileged
+        if self._goal_task:  # the success of an episode that ended is that of its last (noise-free) observation
+            last = torch.where(unstable[:, None], self._obs, clean_obs)
+            info["is_success"] = self.task.is_success(last[:, self.achieved_goal], last[:, self.desired_goal])
         self._obs, self._position = next_obs, position
         return next_obs.clone(), reward, terminated, truncated, info
+
+    def privileged_obs(self) -> torch.Tensor:
+        """Per-env randomization values in use, [N, privileged_dim] float32 on the env device; [N, 0] when off.
+
+        Blocks, each present only when its knob is on, in this order: ``body_mass`` scales [Bd - 1] (the world
+        body left out; each body's inertia has its mass's scale), ``geom_friction`` scales [G * 3],
+        ``dof_damping`` scales [V], ``actuator_gain`` (motor strength) scales [U], the action delay in ticks
+        [1], and 1.0 if the next step is pushed else 0.0 [1]. After a step these are the values of the
+        episodes the returned obs belong to; ``info["final_privileged_obs"]`` has those of ``final_obs``.
+        """
+        return self._randomizer.privileged()
 
     def _compute_reward(self, achieved_goal: torch.Tensor, desired_goal: torch.Tensor) -> torch.Tensor:
         """The task's reward for goals achieved [B, G] and desired [B, G]: [B] float32 on the env device."""
@@ -192,27 +188,23 @@ class NativeVecEnv:
         The tracked position is kept from here and from the end of each step (as Gymnasium reads it before
         ``do_simulation``), so ``step`` never re-reads state another row's reset may have refreshed.
         """
-        if self.randomization.active or bool(self._custom[env_ids].any()):
-            params = {}
-            for name, base in self._base_params.items():
-                low, high = getattr(self.randomization, name)
-                scale = low + (high - low) * torch.rand(
-                    base[env_ids].shape, generator=self._generator, dtype=torch.float64
-                )
-                params[name] = base[env_ids] * scale
-            self.physics.set_params(env_ids, params)
+        if self.randomization.params_active or bool(self._custom[env_ids].any()):
+            self.physics.set_params(env_ids, self._randomizer.draw_params(env_ids, self._base_params, self._generator))
+        self._randomizer.reset_rows(env_ids, self._generator)
         qpos, qvel = self.task.reset_state(env_ids.numel(), self._generator)
         self.physics.set_state(env_ids, qpos, qvel)
         state = self.physics.state()
         rows = env_ids.to(self.physics.device)
-        return self.task.observe(state)[rows].to(self.device, torch.float32), self.task.tracked_position(state)[rows]
+        obs = self._randomizer.observe(self.task.observe(state)[rows].to(self.device, torch.float32))
+        return obs, self.task.tracked_position(state)[rows]
 
     def state_dict(self) -> dict:
         """Everything a resumed run needs to continue these very episodes (checkpointed by the runner).
 
         The simulator state of every row (the backend's full integration state, warm start included), the model
         parameters each row is running with (randomized draws included) and its base values, the reset-noise RNG,
-        the time-limit counters, the episode trackers and the last observation and tracked position.
+        the time-limit counters, the episode trackers, the last observation and tracked position, and the
+        randomization state (scales, delays and their action history, the push schedule, the step generator).
         """
         return {
             "physics": self.physics.get_state(),
@@ -225,6 +217,7 @@ class NativeVecEnv:
             "obs": self._obs.clone(),
             "position": self._position.clone(),
             "unstable_count": self.unstable_count,
+            "randomization": self._randomizer.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -245,6 +238,8 @@ class NativeVecEnv:
         self._obs = state["obs"].to(self.device)
         self._position = state["position"].to(self._position.device)
         self.unstable_count = int(state["unstable_count"])
+        if "randomization" in state:  # absent from checkpoints written before these knobs existed
+            self._randomizer.load_state_dict(state["randomization"])
 
     def close(self) -> None:
         """Release the physics backend."""

@@ -14,8 +14,12 @@ computed at the start of the last substep):
     ``qfrc_constraint`` [N, V], ``site_xpos`` [N, S, 3].
 
 Per-env model parameters (domain randomization), absolute values, set with ``set_params``:
-    ``body_mass`` [N, Bd], ``geom_friction`` [N, G, 3], ``dof_damping`` [N, V], ``actuator_gain`` [N, U]
-    (``actuator_gainprm[:, 0]``; every ported task uses plain motors, whose force is gain * ctrl).
+    ``body_mass`` [N, Bd], ``body_inertia`` [N, Bd, 3] (diagonal, in the body's inertial frame),
+    ``geom_friction`` [N, G, 3], ``dof_damping`` [N, V], ``actuator_gain`` [N, U] (``actuator_gainprm[:, 0]``;
+    every ported task uses plain motors, whose force is gain * ctrl).
+
+External forces (random pushes): ``set_external_force`` sets rows' ``xfrc_applied`` of one body, a world-frame
+wrench [force 3, torque 3] at the body's centre of mass that stays applied until set again or the row is reset.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ STATE_FIELDS = (
     "qfrc_constraint",
     "site_xpos",
 )
-PARAM_NAMES = ("body_mass", "geom_friction", "dof_damping", "actuator_gain")
+PARAM_NAMES = ("body_mass", "geom_friction", "dof_damping", "actuator_gain", "body_inertia")
 
 
 class PhysicsBackend(Protocol):
@@ -60,11 +64,18 @@ class PhysicsBackend(Protocol):
         ...
 
     def set_state(self, env_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
-        """Reset rows env_ids [M] to qpos [M, Q], qvel [M, V] (mj_resetData, set, mj_forward, as Gymnasium)."""
+        """Reset rows env_ids [M] to qpos [M, Q], qvel [M, V] (mj_resetData, set, mj_forward, as Gymnasium).
+
+        The reset clears the rows' external forces.
+        """
         ...
 
     def set_params(self, env_ids: torch.Tensor, params: dict[str, torch.Tensor]) -> None:
         """Set per-env model parameters (absolute values, ``[M, ...]``) for rows env_ids [M]."""
+        ...
+
+    def set_external_force(self, env_ids: torch.Tensor, body: int, force: torch.Tensor) -> None:
+        """Apply wrench force [M, 6] (world frame: force, torque) at body ``body``'s centre of mass in rows env_ids."""
         ...
 
     def nominal_params(self) -> dict[str, torch.Tensor]:
@@ -160,7 +171,14 @@ def nominal_params_of(model: mujoco.MjModel) -> dict[str, torch.Tensor]:
         "geom_friction": torch.tensor(model.geom_friction, dtype=torch.float64),
         "dof_damping": torch.tensor(model.dof_damping, dtype=torch.float64),
         "actuator_gain": torch.tensor(model.actuator_gainprm[:, 0], dtype=torch.float64),
+        "body_inertia": torch.tensor(model.body_inertia, dtype=torch.float64),
     }
+
+
+def check_body(body: int, nbody: int) -> None:
+    """Raise ValueError unless body is the index of a body other than the world (1 <= body < nbody)."""
+    if not 1 <= body < nbody:
+        raise ValueError(f"external force body index must be in [1, {nbody - 1}], got {body}")
 
 
 def check_saved_state(state: dict[str, torch.Tensor], key: str, num_envs: int, width: int) -> None:

@@ -24,13 +24,14 @@ import sys
 import mujoco
 import torch
 
-from robopt.envs.physics import check_fields, check_params, nominal_params_of
+from robopt.envs.physics import check_body, check_fields, check_params, nominal_params_of
 
 logger = logging.getLogger(__name__)
 _MAX_VALUE = 1e10  # mjMAXVAL: MuJoCo treats larger qpos/qvel/qacc as unstable
 # per-env parameters and the derived fields set_const recomputes from them
 _BATCHED = (
     "body_mass",
+    "body_inertia",
     "body_subtreemass",
     "body_invweight0",
     "dof_invweight0",
@@ -61,8 +62,9 @@ def _announce_kernels(wp, verbose: bool) -> None:
     )
 
 
-_SAVED_DATA = ("time", "qpos", "qvel", "act", "ctrl", "qacc_warmstart")  # what the next step reads
-_SAVED_PARAMS = ("body_mass", "geom_friction", "dof_damping", "actuator_gainprm")  # set_const derives the rest
+_SAVED_DATA = ("time", "qpos", "qvel", "act", "ctrl", "qacc_warmstart", "xfrc_applied")  # what the next step reads
+_SAVED_PARAMS = ("body_mass", "body_inertia", "geom_friction", "dof_damping", "actuator_gainprm")  # set_const: rest
+_ADDED_LATER = ("xfrc_applied", "param_body_inertia")  # absent from older checkpoints: left as they are
 
 
 class WarpBackend:
@@ -168,6 +170,12 @@ class WarpBackend:
         with self._scope():
             self._mjw.set_const(self._m, self._d)
 
+    def set_external_force(self, env_ids: torch.Tensor, body: int, force: torch.Tensor) -> None:
+        """Set ``xfrc_applied[body]`` of worlds env_ids [M] to force [M, 6] (kept until set again or reset)."""
+        check_body(body, self.mj_model.nbody)
+        xfrc = self._wp.to_torch(self._d.xfrc_applied)  # [N, Bd, 6]
+        xfrc[env_ids.to(self.device), body] = force.to(self.device, torch.float32)
+
     def nominal_params(self) -> dict[str, torch.Tensor]:
         """Nominal parameter values (``body_mass`` [Bd], ...), float64 CPU copies."""
         return {name: value.clone() for name, value in self._nominal.items()}
@@ -189,7 +197,9 @@ class WarpBackend:
         changed = False
         for name in _SAVED_PARAMS:
             target = wp.to_torch(getattr(self._m, name))
-            saved = state[f"param_{name}"]
+            saved = state.get(f"param_{name}")
+            if saved is None and f"param_{name}" in _ADDED_LATER:
+                continue
             if tuple(saved.shape) != tuple(target.shape):
                 raise ValueError(f"saved physics parameter {name!r} does not fit this model and N")
             if not torch.equal(saved.to(target.device, target.dtype), target):
@@ -200,6 +210,8 @@ class WarpBackend:
                 self._mjw.set_const(self._m, self._d)
         for name in _SAVED_DATA:
             target = wp.to_torch(getattr(self._d, name))
+            if name not in state and name in _ADDED_LATER:
+                continue
             if tuple(state[name].shape) != tuple(target.shape):
                 raise ValueError(
                     f"saved physics state {name!r} has shape {list(state[name].shape)}, not {list(target.shape)}"
