@@ -220,12 +220,19 @@ class Randomizer:
     def draw_params(
         self, env_ids: torch.Tensor, base: dict[str, torch.Tensor], generator: torch.Generator
     ) -> dict[str, torch.Tensor]:
-        """Fresh scales for rows env_ids [M] (CPU long); the absolute parameters [M, ...] they run with."""
+        """Fresh scales for rows env_ids [M] (CPU long); the absolute parameters [M, ...] they run with.
+
+        Only knobs that are on draw from ``generator``: rows given their own base values with ``set_model_params``
+        and no randomization reset from the same noise stream as nominal rows.
+        """
         params = {}
         for name in SCALED_PARAMS:
             low, high = getattr(self.config, name)
             rows = base[name][env_ids]
-            scale = low + (high - low) * torch.rand(rows.shape, generator=generator, dtype=torch.float64)
+            if (low, high) == (1.0, 1.0):
+                scale = torch.ones_like(rows)
+            else:
+                scale = low + (high - low) * torch.rand(rows.shape, generator=generator, dtype=torch.float64)
             self.scales[name][env_ids] = scale
             params[name] = rows * scale
         self._scale_block[env_ids.to(self.device)] = self._scale_rows(env_ids)

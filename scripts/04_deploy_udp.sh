@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Step 4 of 4: hardware in the loop. A simulated robot serves the UDP protocol from another process (10 ms added
+# latency, 1 % packet loss); the deploy runtime cannot tell it from a real robot that speaks the same protocol.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXPORT_DIR="${1:-$(cat /tmp/robopt_last_run)/export}"
+PORT="${PORT:-47800}"
+.venv/bin/robopt sim-robot Pendulum-v1 --port "$PORT" --latency-ms 10 --loss 0.01 --episodes 2 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true' EXIT
+sleep 3  # the server imports torch and builds its env
+.venv/bin/robopt deploy "$EXPORT_DIR" --robot "udp://127.0.0.1:$PORT" --duration 22 --config configs/deploy/pendulum.yaml
+wait $SERVER || true
