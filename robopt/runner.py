@@ -53,12 +53,29 @@ def build_policy(config: ExperimentConfig, env) -> torch.nn.Module:
 
 
 def build_critic(config: ExperimentConfig, env) -> torch.nn.Module:
+    """V(obs) [B], or V(cat(obs, privileged_obs)) with ``critic.privileged`` (input D + P, its own normalizer)."""
     c = config.critic
+    input_dim = env.obs_dim + (privileged_dim(config, env) if c.privileged else 0)
     critic = ValueCritic(
-        env.obs_dim, c.hidden, c.activation, normalize_obs=config.policy.normalize_obs,
+        input_dim, c.hidden, c.activation, normalize_obs=config.policy.normalize_obs,
         orthogonal_init=config.policy.orthogonal_init,
     )  # fmt: skip
     return critic.to(config.device)
+
+
+def privileged_dim(config: ExperimentConfig, env) -> int:
+    """P of ``env.privileged_obs()`` for ``critic.privileged``; an env without any is a one-line ConfigError."""
+    if not hasattr(env, "privileged_obs"):
+        raise ConfigError(
+            f"critic.privileged=true needs a native env with privileged observations (env.id=mujoco/<Task>); "
+            f"{config.env.id} on {type(env).__name__} has none"
+        )
+    if env.privileged_dim < 1:
+        raise ConfigError(
+            f"critic.privileged=true needs env.kwargs.randomization with at least one of body_mass, geom_friction, "
+            f"dof_damping, actuator_gain (motor_strength), action_delay, push_force on; {config.env.id} has none"
+        )
+    return env.privileged_dim
 
 
 def resolve_torch_threads(config: ExperimentConfig) -> tuple[int, str]:
@@ -91,14 +108,22 @@ def build_loop(config: ExperimentConfig, initialize: bool = False):
             )
         if initialize and config.init_from:
             initialize_policy(policy, config)
-        spec = ALGORITHMS[config_to_dict(config)["algo"]["name"]]
+        algo_name = config_to_dict(config)["algo"]["name"]
+        spec = ALGORITHMS[algo_name]
         if spec.kind in ("pretrain", "off_policy"):
+            if config.critic.privileged:
+                on_policy = ", ".join(sorted(name for name, entry in ALGORITHMS.items() if entry.kind == "on_policy"))
+                raise ConfigError(
+                    f"critic.privileged=true is for the value critic of the on-policy algorithms ({on_policy}), "
+                    f"not algo.name={algo_name}"
+                )
             return spec.build(config.algo, env, policy, seed=config.seed, env_id=config.env.id)
         critic = build_critic(config, env)
         algorithm = spec.build(config.algo, policy, critic)
         return OnPolicyLoop(
-            env, policy, critic, algorithm, config.rollout, seed=config.seed, critic_warmup=config.critic_warmup
-        )
+            env, policy, critic, algorithm, config.rollout, seed=config.seed, critic_warmup=config.critic_warmup,
+            privileged=config.critic.privileged,
+        )  # fmt: skip
     except BaseException:
         env.close()
         raise

@@ -1,8 +1,12 @@
 """The one on-policy loop: collect a rollout, estimate advantages, hand the batch to an algorithm's update.
 
-Shapes: T steps per env, N envs, B = T * N, D obs dim, A action dim.
+Shapes: T steps per env, N envs, B = T * N, D obs dim, A action dim, P privileged dim.
 PPO, TRPO (and later FPO, DPPO) differ only in the ``OnPolicyAlgorithm.update`` they plug in; the loop
 never calls ``log_prob``. Everything stays on ``env.device``; metrics are reduced once per iteration.
+
+``privileged=True`` (an asymmetric actor-critic, Pinto et al. 2018): the critic sees cat(obs, privileged) with
+the env's ``privileged_obs()`` [N, P] (its randomized parameters), truncated rows bootstrap from
+V(final_obs, info["final_privileged_obs"]); the policy sees obs only.
 """
 
 from __future__ import annotations
@@ -47,11 +51,18 @@ class OnPolicyLoop:
         rollout: RolloutConfig,
         seed: int = 0,
         critic_warmup: int = 0,
+        privileged: bool = False,
     ) -> None:
         self.env, self.policy, self.critic, self.algorithm, self.rollout = env, policy, critic, algorithm, rollout
         self.critic_warmup = critic_warmup  # first iterations fit the critic only (a pretrained actor stays frozen)
         self._warmup_optimizer = None
-        self.storage = RolloutStorage(rollout.num_steps, env.num_envs, env.obs_dim, env.action_dim, env.device)
+        self.privileged = privileged
+        privileged_dim = env.privileged_dim if privileged else 0
+        if privileged and privileged_dim < 1:
+            raise ValueError(f"{env.env_id}: a privileged critic needs env.privileged_dim > 0, got {privileged_dim}")
+        self.storage = RolloutStorage(
+            rollout.num_steps, env.num_envs, env.obs_dim, env.action_dim, env.device, privileged_dim
+        )
         self.reward_scaler = RewardScaler(env.num_envs, rollout.gamma).to(env.device)
         self.obs = env.reset(seed=seed)  # [N, D]
         self.iteration_count = 0
@@ -66,14 +77,19 @@ class OnPolicyLoop:
         """Fill the storage with T steps; returns (episode returns, episode lengths) of episodes that ended."""
         storage, env, policy = self.storage, self.env, self.policy
         ended_return, ended_length = [], []  # T tensors of [N]
-        obs = self.obs
+        obs, privileged = self.obs, None
         for t in range(storage.num_steps):
             action, info = policy.act(obs)  # [N, A]; values are computed for the whole rollout at once later
             env_action = torch.clamp(action, env.action_low, env.action_high)
+            if self.privileged:  # those of obs: read before the step (which may reset rows and redraw them)
+                privileged = env.privileged_obs()  # [N, P], a fresh tensor
             next_obs, reward, terminated, truncated, env_info = env.step(env_action)
             if t == 0:  # data crosses modules here: check the contract once per rollout
                 self._check_step_shapes(action, next_obs, reward, terminated, truncated)
-            storage.insert(t, obs, action, info, reward, terminated, truncated, env_info["final_obs"])
+            storage.insert(
+                t, obs, action, info, reward, terminated, truncated, env_info["final_obs"],
+                privileged, env_info.get("final_privileged_obs"),
+            )  # fmt: skip
             ended_return.append(env_info["episode_return"])
             ended_length.append(env_info["episode_length"])
             obs = next_obs
@@ -90,17 +106,21 @@ class OnPolicyLoop:
         """GAE over the filled storage, bootstrapping truncated rows from V(final_obs).
 
         V(s_t) for the whole rollout is one batched critic pass here rather than T small ones while acting.
+        A privileged critic reads cat(obs, privileged) throughout: the env's current values for the last obs,
+        ``final_privileged_obs`` for truncated rows.
         """
         storage, rollout = self.storage, self.rollout
         steps, num_envs = storage.value.shape
-        value = self.critic(storage.obs.reshape(steps * num_envs, -1))  # [T * N]
+        critic_input = storage.critic_input()  # [T, N, D (+ P)]
+        value = self.critic(critic_input.reshape(steps * num_envs, -1))  # [T * N]
         check_shape("critic value", value, (steps * num_envs,))
         storage.value.copy_(value.reshape(steps, num_envs))
-        last_value = self.critic(self.obs)  # [N]
+        last_input = torch.cat((self.obs, self.env.privileged_obs()), dim=-1) if self.privileged else self.obs
+        last_value = self.critic(last_input)  # [N]
         final_value = torch.zeros_like(storage.value)  # [T, N]
         truncated_rows = storage.truncated.nonzero(as_tuple=True)
         if truncated_rows[0].numel() > 0:
-            final_value[truncated_rows] = self.critic(storage.final_obs[truncated_rows])
+            final_value[truncated_rows] = self.critic(storage.final_critic_input(truncated_rows))
         next_value = bootstrap_value(storage.value, last_value, final_value, storage.terminated, storage.truncated)
         advantage, return_target = gae(
             storage.reward, storage.value, next_value, storage.terminated, storage.truncated,
@@ -108,7 +128,7 @@ class OnPolicyLoop:
         )  # fmt: skip
         if rollout.normalize_advantage:
             advantage = normalize_advantage(advantage)
-        return storage.flatten(advantage, return_target)
+        return storage.flatten(advantage, return_target, critic_input)
 
     def iteration(self, progress: float) -> dict[str, float]:
         """Collect, estimate advantages, update, then refresh the normalizers. Returns metrics as floats."""
@@ -131,7 +151,7 @@ class OnPolicyLoop:
                 raise NonFiniteError(f"iteration {self.iteration_count}: non-finite {name} ({value})")
         # The statistics a rollout was collected with are the ones its update saw; refresh them only now.
         self.policy.normalizer.update(batch.obs)
-        self.critic.normalizer.update(batch.obs)
+        self.critic.normalizer.update(batch.critic_input)
         if episode_return.numel() > 0:
             values["episode_return"] = float(episode_return.mean())
             values["episode_length"] = float(episode_length.float().mean())
@@ -149,7 +169,7 @@ class OnPolicyLoop:
         if self._warmup_optimizer is None:
             self._warmup_optimizer = torch.optim.Adam(self.critic.parameters(), lr=1e-3, eps=1e-5)
         params = list(self.critic.parameters())
-        obs, target = batch.obs, batch.return_target
+        obs, target = batch.critic_input, batch.return_target
         for _ in range(epochs):
             for rows in torch.randperm(obs.shape[0], device=obs.device).split(minibatch_size):
                 self._warmup_optimizer.zero_grad(set_to_none=False)

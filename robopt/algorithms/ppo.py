@@ -71,7 +71,7 @@ def ppo_loss(
     if control.name == "kl_penalty_adaptive" and isinstance(policy, SupportsKL):
         kl = policy.kl(batch.obs, batch.policy_info)
     policy_loss, metrics = surrogate(log_ratio, batch.advantage, control, kl=kl, with_metrics=with_metrics)
-    value = critic(batch.obs)  # [B]
+    value = critic(batch.critic_input)  # [B] (obs, or cat(obs, privileged) for a privileged critic)
     squared_error = value_error(
         value, batch.return_target, batch.value, config.value_clip if config.value_clip > 0 else None
     )

@@ -153,10 +153,12 @@ class TRPO:
         total, count = 0.0, 0
         for _ in range(self.config.critic_epochs):
             for minibatch in batch.minibatches(self.config.critic_minibatch_size):
-                step = self.critic_updater.step(lambda mb=minibatch: value_loss(self.critic(mb.obs), mb.return_target))
+                step = self.critic_updater.step(
+                    lambda mb=minibatch: value_loss(self.critic(mb.critic_input), mb.return_target)
+                )
                 total, count = total + step["value_loss"], count + 1
         with torch.no_grad():  # of the updated critic over the whole batch
-            explained = explained_variance(self.critic(batch.obs), batch.return_target)
+            explained = explained_variance(self.critic(batch.critic_input), batch.return_target)
         return {"value_loss": float(total / count), "explained_variance": float(explained)}
 
     def state_dict(self) -> dict:

@@ -1,7 +1,11 @@
 """Device-resident rollout storage for the on-policy loop.
 
-Shapes: T steps per env, N envs, B = T * N flattened batch, D obs dim, A action dim.
+Shapes: T steps per env, N envs, B = T * N flattened batch, D obs dim, A action dim, P privileged dim.
 Policy info (whatever ``policy.act`` returned) is stored key by key as [T, N, ...].
+
+A privileged (asymmetric) critic (Pinto et al. 2018) also sees the env's ``privileged_obs()`` [N, P]: with
+``privileged_dim`` P > 0 the storage keeps them per step, and those of ``final_obs`` (``final_privileged_obs``)
+for bootstrapping truncated rows; the critic's input is then cat(obs, privileged) [.., D + P].
 """
 
 from __future__ import annotations
@@ -24,9 +28,15 @@ class RolloutBatch:
     terminated: torch.Tensor  # [B] bool
     truncated: torch.Tensor  # [B] bool
     num_envs: int = 0  # N when rows are the time-major [T * N] rollout; 0 for shuffled minibatches
+    critic_obs: torch.Tensor | None = None  # [B, D + P] cat(obs, privileged) for a privileged critic; None: obs
 
     def __len__(self) -> int:
         return self.obs.shape[0]
+
+    @property
+    def critic_input(self) -> torch.Tensor:
+        """What the critic sees: ``critic_obs`` [B, D + P] with a privileged critic, else ``obs`` [B, D]."""
+        return self.obs if self.critic_obs is None else self.critic_obs
 
     def index(self, indices: torch.Tensor) -> RolloutBatch:
         """The rows ``indices`` [b] as a new batch."""
@@ -39,6 +49,7 @@ class RolloutBatch:
             return_target=self.return_target[indices],
             terminated=self.terminated[indices],
             truncated=self.truncated[indices],
+            critic_obs=None if self.critic_obs is None else self.critic_obs[indices],
         )
 
     def split(self, size: int) -> list[RolloutBatch]:
@@ -48,6 +59,7 @@ class RolloutBatch:
         block on CPU, on the per-minibatch path).
         """
         names = ("obs", "action", "value", "advantage", "return_target", "terminated", "truncated")
+        names += ("critic_obs",) if self.critic_obs is not None else ()
         columns = [torch.split(getattr(self, name), size) for name in names]  # each: blocks of [b, ...]
         info_columns = {key: torch.split(tensor, size) for key, tensor in self.policy_info.items()}
         return [
@@ -70,11 +82,22 @@ class RolloutBatch:
 class RolloutStorage:
     """Preallocated [T, N, ...] tensors on the env device; filled step by step, then flattened."""
 
-    def __init__(self, num_steps: int, num_envs: int, obs_dim: int, action_dim: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        num_steps: int,
+        num_envs: int,
+        obs_dim: int,
+        action_dim: int,
+        device: torch.device,
+        privileged_dim: int = 0,
+    ) -> None:
         self.num_steps, self.num_envs, self.device = num_steps, num_envs, device
+        self.privileged_dim = privileged_dim
         shape = (num_steps, num_envs)
         self.obs = torch.zeros(*shape, obs_dim, device=device)  # [T, N, D]
         self.final_obs = torch.zeros(*shape, obs_dim, device=device)  # [T, N, D]
+        self.privileged_obs = torch.zeros(*shape, privileged_dim, device=device)  # [T, N, P] (P = 0: unused)
+        self.final_privileged_obs = torch.zeros(*shape, privileged_dim, device=device)  # [T, N, P]
         self.action = torch.zeros(*shape, action_dim, device=device)  # [T, N, A]
         self.reward = torch.zeros(shape, device=device)  # [T, N]
         self.value = torch.zeros(shape, device=device)  # [T, N], filled after collection by one critic pass
@@ -94,17 +117,27 @@ class RolloutStorage:
         terminated: torch.Tensor,
         truncated: torch.Tensor,
         final_obs: torch.Tensor,
+        privileged_obs: torch.Tensor | None = None,
+        final_privileged_obs: torch.Tensor | None = None,
     ) -> None:
         """Stage step t (every tensor has leading dim N); ``commit`` writes the rollout into storage.
 
         Steps are kept by reference and stacked once per field at the end: one copy per field instead of one
         per step. The VecEnv contract guarantees a step's returned tensors are not modified by later steps.
+        ``privileged_obs`` [N, P] (those of ``obs``) and ``final_privileged_obs`` [N, P] (those of ``final_obs``)
+        are required when the storage has ``privileged_dim`` > 0 and ignored otherwise.
         """
+        names = ("obs", "action", "reward", "terminated", "truncated", "final_obs")
+        tensors = [obs, action, reward, terminated, truncated, final_obs]
+        if self.privileged_dim > 0:
+            if privileged_obs is None or final_privileged_obs is None:
+                raise ValueError(f"storage with privileged_dim={self.privileged_dim} needs the privileged obs")
+            names += ("privileged_obs", "final_privileged_obs")
+            tensors += [privileged_obs, final_privileged_obs]
         if t == 0:
-            self._staged = {name: [] for name in ("obs", "action", "reward", "terminated", "truncated", "final_obs")}
+            self._staged = {name: [] for name in names}
             self._staged_info = {key: [] for key in policy_info}
-        for name, tensor in (("obs", obs), ("action", action), ("reward", reward), ("terminated", terminated),
-                             ("truncated", truncated), ("final_obs", final_obs)):  # fmt: skip
+        for name, tensor in zip(names, tensors):
             self._staged[name].append(tensor)
         for key, tensor in policy_info.items():
             self._staged_info[key].append(tensor)
@@ -123,9 +156,30 @@ class RolloutStorage:
             torch.stack(tensors, out=self.policy_info[key])
         self._staged, self._staged_info = {}, {}
 
-    def flatten(self, advantage: torch.Tensor, return_target: torch.Tensor) -> RolloutBatch:
-        """[T, N, ...] -> [B, ...] batch with the advantages and return targets [T, N]."""
+    def critic_input(self) -> torch.Tensor:
+        """The critic's input at every step: obs [T, N, D], or cat(obs, privileged_obs) [T, N, D + P]."""
+        if self.privileged_dim == 0:
+            return self.obs
+        return torch.cat((self.obs, self.privileged_obs), dim=-1)
+
+    def final_critic_input(self, rows: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """The critic's input at the final obs of (time, env) index pairs ``rows`` (each [M]): [M, D (+ P)]."""
+        if self.privileged_dim == 0:
+            return self.final_obs[rows]
+        return torch.cat((self.final_obs[rows], self.final_privileged_obs[rows]), dim=-1)
+
+    def flatten(
+        self, advantage: torch.Tensor, return_target: torch.Tensor, critic_input: torch.Tensor | None = None
+    ) -> RolloutBatch:
+        """[T, N, ...] -> [B, ...] batch with the advantages and return targets [T, N].
+
+        ``critic_input`` [T, N, D + P] (``critic_input()``, passed on to avoid a second concatenation) becomes
+        the batch's ``critic_obs`` when the storage is privileged.
+        """
         batch_size = self.num_steps * self.num_envs
+        critic_obs = None
+        if self.privileged_dim > 0:
+            critic_obs = (self.critic_input() if critic_input is None else critic_input).reshape(batch_size, -1)
         return RolloutBatch(
             obs=self.obs.reshape(batch_size, -1),
             action=self.action.reshape(batch_size, -1),
@@ -136,4 +190,5 @@ class RolloutStorage:
             terminated=self.terminated.reshape(batch_size),
             truncated=self.truncated.reshape(batch_size),
             num_envs=self.num_envs,
+            critic_obs=critic_obs,
         )
