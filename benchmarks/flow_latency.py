@@ -23,14 +23,10 @@ same sizes).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import importlib.util
-import io
-import logging
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,6 +35,7 @@ import torch
 
 from robopt.policies import FlowPolicy, GaussianPolicy
 from robopt.policies.flow import INTEGRATORS, FlowPolicyConfig
+from robopt.sim2real.export import quiet  # silences the exporters' progress lines, warnings and logs
 
 ROUNDS = 10
 
@@ -71,19 +68,6 @@ def policies(args) -> tuple[FlowPolicy, GaussianPolicy, str]:
         if policy is not loaded:  # random statistics, so the normalizer is not an identity
             policy.normalizer.update(torch.randn(1000, obs_dim) * 2 + 0.5)
     return flow, gaussian.eval(), source
-
-
-@contextlib.contextmanager
-def quiet():
-    """Silence the ONNX exporter's progress lines, warnings and log messages."""
-    level = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logging.disable(level)
 
 
 Runner = tuple[Callable[[], object], Callable[[torch.Tensor], torch.Tensor]]  # (timed call on obs, any obs)

@@ -146,11 +146,16 @@ def main() -> None:
     mode = "normalized (VecNormalize, value clip 0.2)" if args.normalized else "SB3 defaults"
     mode += ", robopt compiled step" if args.compile else ""
     print(f"\nPPO on {args.env}, {args.steps} steps, {args.num_envs} env(s), seeds {args.seeds}, {mode}")
-    print(f"{'':8s} {'steps/s (wall)':>15s} {'steps/CPU-s':>12s} {'deterministic return':>26s}")
+    print_summary(rows)
+
+
+def print_summary(rows: dict[str, list[tuple[float, float, float]]], speed: str = "steps/s (wall)") -> None:
+    """Mean speed (wall, per CPU-second) and return per library, and robopt's speed ratios to SB3."""
+    print(f"{'':8s} {speed:>27s} {'per CPU-s':>10s} {'deterministic return':>26s}")
     for name, values in rows.items():
         returns = [v[2] for v in values]
         wall, cpu = statistics.mean(v[0] for v in values), statistics.mean(v[1] for v in values)
-        print(f"{name:8s} {wall:15.0f} {cpu:12.0f} {np.mean(returns):17.1f} +- {np.std(returns):.1f}")
+        print(f"{name:8s} {wall:27.1f} {cpu:10.1f} {np.mean(returns):17.1f} +- {np.std(returns):.1f}")
     for column, label in ((0, "wall-clock"), (1, "CPU-time")):
         ratio = statistics.mean(v[column] for v in rows["robopt"]) / statistics.mean(v[column] for v in rows["sb3"])
         print(f"speed ratio robopt / sb3 ({label}): {ratio:.2f}x")

@@ -18,14 +18,12 @@ gradient updates per second of wall-clock and of CPU time, their ratio, and the 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 
-import numpy as np
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from ppo_vs_sb3 import Clock, evaluate_robopt  # noqa: E402  (same timing and evaluation as the PPO comparison)
+from ppo_vs_sb3 import Clock, evaluate_robopt, print_summary  # noqa: E402  (same timing and evaluation as the PPO comparison)
 
 
 def make_sb3(env_id: str, seed: int, learning_starts: int):
@@ -95,14 +93,7 @@ def main() -> None:
                   flush=True)  # fmt: skip
     print(f"\nSAC on {args.env}, {args.steps} steps ({args.learning_starts} warm-up), seeds {args.seeds}, "
           f"{args.threads} torch thread(s), one update per step")  # fmt: skip
-    print(f"{'':8s} {'steps/s = updates/s (wall)':>27s} {'per CPU-s':>10s} {'deterministic return':>26s}")
-    for name, values in rows.items():
-        returns = [v[2] for v in values]
-        wall, cpu = statistics.mean(v[0] for v in values), statistics.mean(v[1] for v in values)
-        print(f"{name:8s} {wall:27.1f} {cpu:10.1f} {np.mean(returns):17.1f} +- {np.std(returns):.1f}")
-    for column, label in ((0, "wall-clock"), (1, "CPU-time")):
-        ratio = statistics.mean(v[column] for v in rows["robopt"]) / statistics.mean(v[column] for v in rows["sb3"])
-        print(f"speed ratio robopt / sb3 ({label}): {ratio:.2f}x")
+    print_summary(rows, speed="steps/s = updates/s (wall)")
 
 
 if __name__ == "__main__":
