@@ -2,7 +2,8 @@
 
 Torch-free at import and for network robots (numpy, onnxruntime, pyyaml); a ``sim:`` robot imports torch and the
 simulators when it is built. Prints a status line about once a second and a summary at the end (ticks, rate,
-tick latency p50/p99, every counter, episode returns of simulated robots). Bad input: one line, exit 2.
+tick latency p50/p99, every counter, episode returns of simulated robots). Bad input: one line, exit 2. The run
+ends (``--duration``, Ctrl-C) with ``ControlLoop.stop()``: the safe action until it reaches its target.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def deploy(
 ) -> dict:
     """Load and check the export, build the robot, run the control loop; the summary dict. DeployError/ConfigError."""
     from robopt.sim2real.robots import parse_robot
-    from robopt.sim2real.runtime import ControlLoop, format_status, load_deploy_config, load_export
+    from robopt.sim2real.runtime import ControlLoop, check_log_path, load_deploy_config, load_export
 
     config = load_deploy_config(config_path)
     if log_path is not None:
@@ -32,6 +33,8 @@ def deploy(
         from robopt.sim2real.sidecar import DeployError
 
         raise DeployError(f"--duration must be > 0 seconds, got {duration}")
+    if config.log_path:  # before anything starts: a log that cannot be written is found now, not after the run
+        check_log_path(config.log_path)
     sidecar, policy = load_export(export_dir)
     robot = parse_robot(robot_spec, sidecar)
     live = sys.stdout.isatty()
@@ -49,13 +52,47 @@ def deploy(
         robot.close()
         raise
     try:
-        summary = loop.run(duration=duration)
+        loop.run(duration=duration)
     finally:
-        saved = loop.close()
-        if live:
-            sys.stdout.write("\n")
+        try:
+            loop.stop()  # the deployment ends: e-stop, the safe action until it reaches its target
+            summary = loop.summary()
+        finally:
+            if live:
+                sys.stdout.write("\n")
+            saved = loop.close()  # closes the robot, then saves the log (DeployError when it cannot)
     summary["log_path"] = str(saved) if saved else None
     return summary
+
+
+def format_status(status: dict) -> str:
+    """One status line: time, ticks, rate, compute p50/p99, observation age and the checks that fired."""
+    fired = " ".join(f"{k}={v}" for k, v in status["fired"].items()) or "no checks fired"
+    return (
+        f"{status['time']:7.1f}s  {status['ticks']} ticks  {status['rate_hz']:.1f} Hz  compute p50 "
+        f"{status['compute_p50_us']:.0f} us p99 {status['compute_p99_us']:.0f} us  obs age "
+        f"{status['obs_age_ms']:.1f} ms  {fired}"
+    )
+
+
+def format_summary(summary: dict) -> str:
+    """The final report, several lines."""
+    lines = [
+        f"ticks: {summary['ticks']} in {summary['seconds']:.2f} s ({summary['rate_hz']:.1f} Hz)"
+        + ("  (stopped by Ctrl-C)" if summary["interrupted"] else ""),
+        f"tick latency (read to send): p50 {summary['compute_p50_us']:.0f} us, p99 {summary['compute_p99_us']:.0f} us;"
+        f" policy call (median at start) {summary['policy_median_us']:.0f} us",
+        "counters: " + ", ".join(f"{k}={v}" for k, v in summary["counters"].items()),
+    ]
+    if summary["estopped"]:
+        lines.append("e-stop: LATCHED")
+    if summary["episode_returns"]:
+        import numpy as np
+
+        returns = np.asarray(summary["episode_returns"])
+        lines.append(f"episodes: {returns.size}, return mean {returns.mean():.2f} (min {returns.min():.2f}, max "
+                     f"{returns.max():.2f})")  # fmt: skip
+    return "\n".join(lines)
 
 
 def register(app, fail) -> None:

@@ -4,9 +4,12 @@ Shapes: N episodes (env rows, one deterministic episode each), n1 / n2 values on
 dim. A grid axis ``NAME=LOW:HIGH:COUNT`` scales one model parameter of the native backend by each of
 ``linspace(LOW, HIGH, COUNT)`` (factors of the nominal values, every element alike; ``body_mass`` scales the
 bodies' inertia too, as the domain randomization does). Every cell runs on one reused CPU ``mujoco`` env with
-N rows, reset with the same seed, so cells differ only in their dynamics; the cell with every factor 1 reproduces
-``robopt eval`` (``evaluate_policy``) on the same seed and episodes. The env is built from the source's env options
-without its randomization (no random scales, delays, noise or pushes), so each cell is one fixed dynamics.
+N rows, reset with the same seed, so cells differ only in their dynamics. The cell with every factor 1 is
+``evaluate_policy`` on that env; it is what ``robopt eval`` reports (same seed and episodes) only for a run on a
+native ``mujoco/<Task>`` id with the CPU ``mujoco`` backend and no randomization: otherwise ``robopt eval`` runs the
+run's own env (a Gymnasium id, GPU ``mujoco_warp``, randomized dynamics), which may give other returns.
+The env is built from the source's env options without its randomization (no random scales, delays, noise or
+pushes), so each cell is one fixed dynamics.
     parse_grid_axis     "NAME=LOW:HIGH:COUNT" -> (NAME, [COUNT factors])
     evaluate_transfer   a run or export directory and a grid -> TransferResult; writes transfer.json, transfer.png
     TransferResult      axes, values, returns [n1, (n2,) N], the nominal cell's; JSON round trip, text table
@@ -48,6 +51,8 @@ def parse_grid_axis(text: str) -> tuple[str, list[float]]:
         raise ConfigError(f"--grid {text!r}: COUNT must be at least 1, got {count}")
     if not (math.isfinite(low) and math.isfinite(high) and 0.0 < low <= high):
         raise ConfigError(f"--grid {text!r}: need 0 < LOW <= HIGH (scale factors of the nominal values)")
+    if low == high and count > 1:
+        raise ConfigError(f"--grid {text!r}: LOW == HIGH gives one factor; use COUNT 1 or LOW < HIGH")
     return name, np.linspace(low, high, count).tolist()
 
 
@@ -87,7 +92,7 @@ class TransferResult:
     axes: tuple[str, ...]
     values: tuple[tuple[float, ...], ...]  # the factors of each axis
     returns: np.ndarray  # [n1, N] or [n1, n2, N] episode returns per cell
-    nominal_returns: list[float]  # [N] every factor 1: what ``robopt eval`` gives for this seed and N
+    nominal_returns: list[float]  # [N] every factor 1 (``robopt eval``'s for a native task on CPU mujoco)
     source: str
     source_kind: str  # "run" or "export"
     env_id: str  # the native task evaluated (the source's own id, or its native twin)
@@ -231,8 +236,7 @@ def _returns_at(env, actor, nominal: dict, factors: dict[str, float], episodes: 
     """Returns [N] of one deterministic episode per row with the model parameters scaled by ``factors``.
 
     The parameters are the rows' base values (``set_model_params``), applied at the reset ``evaluate_policy`` does
-    with ``seed``; with no randomization that reset draws nothing else, so every cell starts where ``robopt eval``
-    starts.
+    with ``seed``; with no randomization that reset draws nothing else, so every cell starts from the same states.
     """
     import torch
 
@@ -268,15 +272,17 @@ def evaluate_transfer(
     axes, values = tuple(grid), tuple(tuple(v) for v in grid.values())
     try:
         nominal = env.physics.nominal_params()
-        cells = {}
-        for factors in itertools.product(*values):  # row-major over [n1, (n2)]
-            cells[factors] = _returns_at(env, actor, nominal, dict(zip(axes, factors)), episodes, seed)
+        products = list(itertools.product(*values))  # row-major over [n1, (n2)]; a factor may repeat
+        cells = [_returns_at(env, actor, nominal, dict(zip(axes, factors)), episodes, seed) for factors in products]
         ones = (1.0,) * len(axes)
-        nominal_returns = cells.get(ones) or _returns_at(env, actor, nominal, {}, episodes, seed)
+        if ones in products:
+            nominal_returns = cells[products.index(ones)]
+        else:
+            nominal_returns = _returns_at(env, actor, nominal, {}, episodes, seed)
     finally:
         env.close()
     shape = (*(len(v) for v in values), episodes)
-    returns = np.asarray(list(cells.values()), dtype=np.float64).reshape(shape)
+    returns = np.asarray(cells, dtype=np.float64).reshape(shape)
     result = TransferResult(axes, values, returns, list(nominal_returns), str(source), kind, env_id, episodes, seed)
     write_transfer(result, out)
     return result

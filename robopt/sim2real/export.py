@@ -194,6 +194,9 @@ def _install(tmp: Path, out_dir: Path) -> None:
     """Move the files of ``tmp`` into ``out_dir`` (replacing a previous export there), the sidecar last."""
     if not out_dir.exists() or not any(out_dir.iterdir()):
         out_dir.parent.mkdir(parents=True, exist_ok=True)
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # a directory made by mkdir, not mkdtemp's owner-only 0700
         os.replace(tmp, out_dir)
         return
     for name in EXPORT_NAMES:  # --force: drop the previous export's files; other files are left alone

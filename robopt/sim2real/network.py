@@ -11,8 +11,8 @@ packets from any other address are dropped (counted "foreign").
 
 Ordering: every packet carries its sender's ``seq``. ``SequenceFilter`` keeps the newest by seq (serial
 number arithmetic, so the u32 wrap-around is harmless): a seq already seen is a "duplicate", an older one
-"reordered"; a gap counts the packets in it as "lost". ``resync_after`` older packets in a row mean the
-sender restarted its counter: the filter starts over from that packet ("resync").
+"reordered"; a gap counts the packets in it as "lost". ``resync_after`` older packets in a row (duplicates of
+older ones included) mean the sender restarted its counter: the filter starts over from that packet ("resync").
 """
 
 from __future__ import annotations
@@ -49,16 +49,18 @@ class SequenceFilter:
         if self.newest is None:
             return self._accept(seq, "new"), 0
         delta = (seq - self.newest) % SEQ_MODULUS
-        if delta == 0 or (delta >= SEQ_MODULUS // 2 and seq in self._seen):
+        if delta == 0:
             return "duplicate", 0
         if delta < SEQ_MODULUS // 2:
             if delta > self.max_gap:  # a jump no real loss explains: the sender restarted
                 return self._restart(seq), 0
             return self._accept(seq, "new"), delta - 1
-        self._seen.append(seq)
-        self._older_run += 1
+        self._older_run += 1  # older than the newest, seen before or not: a restarted sender repeats old numbers
         if self._older_run >= self.resync_after:
             return self._restart(seq), 0
+        if seq in self._seen:
+            return "duplicate", 0
+        self._seen.append(seq)
         return "reordered", 0
 
     def _accept(self, seq: int, verdict: str) -> str:

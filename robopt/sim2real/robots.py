@@ -100,7 +100,7 @@ def _udp_robot(spec: str, sidecar: Sidecar) -> RobotInterface:
         host, port = parts.hostname, parts.port
     except ValueError:
         host, port = None, None
-    if not host or port is None or parts.path not in ("", "/") or parts.query:
+    if not host or port is None or not 1 <= port <= 65535 or parts.path not in ("", "/") or parts.query:
         raise DeployError(f"--robot {spec!r}: expected udp://HOST:PORT with a port in 1..65535")
     from robopt.sim2real.network import UdpRobot
 

@@ -2,17 +2,17 @@
 
 Torch-free (numpy, onnxruntime, pyyaml). Shapes: D obs dim, A action dim, H action chunk (actions per model call).
     DeployConfig     the deploy YAML (period, bounds, rate limit, stale timeout, watchdog, e-stop, safe action...)
-    OnnxPolicy       policy.onnx in an ONNX Runtime session (1 thread): obs [D] float32 -> action [A] (or [H, A])
-    load_export      read and check an export directory: sidecar, hashes, graph dims, parity.npz
-    ControlLoop      fixed-rate loop: read the robot, SafetyLayer.tick, send, log (safety.py holds the pure core)
+    ControlLoop      fixed-rate loop: read the robot, SafetyLayer.tick, send, log (safety.py holds the pure core);
+                     ``stop()`` ends a deployment with the safe action ramped to its target
+    check_log_path   a tick log path that can be written, checked before the loop starts
+OnnxPolicy, verify_parity, load_export, ChunkedPolicy and median_call_seconds live in ``model.py``, format_status and
+format_summary in ``deploy.py``; all are re-exported here.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 import time
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +22,23 @@ import numpy as np
 import yaml
 
 from robopt.config import ConfigError, build_dataclass, option
+from robopt.sim2real.deploy import format_status, format_summary
+from robopt.sim2real.model import (
+    PARITY_NAME,
+    PARITY_TOLERANCE,
+    ChunkedPolicy,
+    OnnxPolicy,
+    load_export,
+    median_call_seconds,
+    verify_parity,
+)
 from robopt.sim2real.safety import FLAG_NAMES, SafetyLayer, TickLog, flag_names, load_log
-from robopt.sim2real.sidecar import DeployError, Sidecar, check_files, file_sha256, read_sidecar
+from robopt.sim2real.sidecar import DeployError, Sidecar
 
 __all__ = [
     "FLAG_NAMES",
+    "PARITY_NAME",
+    "PARITY_TOLERANCE",
     "ChunkedPolicy",
     "ControlLoop",
     "DeployConfig",
@@ -34,6 +46,7 @@ __all__ = [
     "SafetyLayer",
     "TickLog",
     "build_safety",
+    "check_log_path",
     "flag_names",
     "format_status",
     "format_summary",
@@ -43,7 +56,8 @@ __all__ = [
     "median_call_seconds",
     "verify_parity",
 ]
-PARITY_NAME, PARITY_TOLERANCE = "parity.npz", 1e-5
+MAX_LOG_CAPACITY = 10_000_000  # ticks; 64 bytes each with six actions: 0.64 GB
+STOP_SECONDS = 2.0  # ``stop()`` ramps the safe action for at most this long
 
 
 @dataclass(frozen=True)
@@ -59,7 +73,7 @@ class DeployConfig:
     safe_action: str = option("hold", "action target on a fault or e-stop", ("hold", "zero", "posture"))
     posture: Any = option(None, "the safe posture (A numbers within the action bounds) for safe_action: posture")
     chunk_replan_every: int = option(0, "action chunks (H > 1): call the policy every k ticks (0: every H ticks)")
-    log_capacity: int = option(100_000, "ticks kept in the ring log")
+    log_capacity: int = option(100_000, f"ticks kept in the ring log (1 to {MAX_LOG_CAPACITY:_})")
     log_path: str = option("", "save the tick log here (.npy) when the loop closes; empty: no file")
 
     def __post_init__(self) -> None:
@@ -73,8 +87,8 @@ class DeployConfig:
         for name, ok in checks.items():
             if not ok or not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
-        if self.log_capacity < 1:
-            raise ValueError(f"log_capacity must be >= 1, got {self.log_capacity}")
+        if not 1 <= self.log_capacity <= MAX_LOG_CAPACITY:
+            raise ValueError(f"log_capacity must be between 1 and {MAX_LOG_CAPACITY:_} ticks, got {self.log_capacity}")
 
 
 def load_deploy_config(source: str | Path | dict | None = None) -> DeployConfig:
@@ -91,120 +105,6 @@ def load_deploy_config(source: str | Path | dict | None = None) -> DeployConfig:
     return build_dataclass(DeployConfig, data)
 
 
-class OnnxPolicy:
-    """policy.onnx in a single-threaded ONNX Runtime session; checks the graph against the sidecar at load."""
-
-    def __init__(self, path: str | Path, sidecar: Sidecar) -> None:
-        try:
-            import onnxruntime
-        except ImportError:
-            raise DeployError("onnxruntime is not installed: pip install 'robopt[deploy]'") from None
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
-        options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
-        options.log_severity_level = 3
-        try:
-            self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        except Exception as error:  # onnxruntime raises its own exception types for unreadable models
-            raise DeployError(f"{str(path)!r} is not a loadable ONNX model ({str(error).splitlines()[0]})") from None
-        self.input_name, self.output_name = sidecar.onnx_input, sidecar.onnx_output
-        self.obs_dim, self.action_dim, self.chunk = sidecar.obs_dim, sidecar.action_dim, sidecar.action_chunk
-        inputs = {node.name: node for node in self.session.get_inputs()}
-        outputs = {node.name for node in self.session.get_outputs()}
-        if self.input_name not in inputs or self.output_name not in outputs:
-            raise DeployError(
-                f"policy.json names input {self.input_name!r} and output {self.output_name!r} but the ONNX graph has "
-                f"inputs {sorted(inputs)} and outputs {sorted(outputs)}"
-            )
-        width = inputs[self.input_name].shape[-1] if inputs[self.input_name].shape else None
-        if isinstance(width, int) and width != self.obs_dim:
-            raise DeployError(
-                f"policy.onnx takes {width} observation values but policy.json says obs_dim {self.obs_dim}"
-            )
-        expected = (1, self.action_dim) if self.chunk == 1 else (1, self.chunk, self.action_dim)
-        try:
-            shape = self.batch(np.zeros((1, self.obs_dim), dtype=np.float32)).shape
-        except Exception as error:  # wrong input rank or width the graph only finds at run time
-            raise DeployError(
-                f"policy.onnx fails on a [1, {self.obs_dim}] observation: {str(error).splitlines()[0]}"
-            ) from None
-        if shape != expected:
-            raise DeployError(
-                f"policy.onnx outputs shape {list(shape)} for one observation but policy.json says {list(expected)} "
-                f"(action_dim {self.action_dim}, action_chunk {self.chunk})"
-            )
-
-    def batch(self, obs: np.ndarray) -> np.ndarray:
-        """obs [K, D] float32 -> action [K, A] (or [K, H, A])."""
-        return self.session.run([self.output_name], {self.input_name: obs})[0]
-
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        """obs [D] float32 -> action [A] (or [H, A])."""
-        return self.session.run([self.output_name], {self.input_name: obs[None]})[0][0]
-
-
-def verify_parity(policy: OnnxPolicy, path: Path, tolerance: float = PARITY_TOLERANCE) -> float:
-    """Max |ONNX Runtime - recorded torch export| over parity.npz; DeployError when above ``tolerance``."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            obs, expected = data["obs"], data["action"]
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
-        raise DeployError(f"{str(path)!r} is corrupt or lacks the obs/action arrays ({error})") from None
-    shape = (policy.action_dim,) if policy.chunk == 1 else (policy.chunk, policy.action_dim)
-    if obs.ndim != 2 or obs.shape[1] != policy.obs_dim or expected.shape != (obs.shape[0], *shape):
-        raise DeployError(f"{str(path)!r} holds obs {list(obs.shape)} and action {list(expected.shape)}, not [K, D] / "
-                          f"[K, {', '.join(map(str, shape))}] for this policy")  # fmt: skip
-    if len(obs) == 0:
-        return 0.0
-    try:
-        got = policy.batch(obs.astype(np.float32))
-    except Exception:  # a graph with a fixed batch of 1
-        got = np.stack([policy(row) for row in obs.astype(np.float32)])
-    diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-    if not (diff <= tolerance).all():  # NaN fails too
-        raise DeployError(
-            f"policy.onnx does not reproduce {PARITY_NAME}: max |diff| {np.nanmax(diff):.3g} > {tolerance:g} "
-            "(the model or the ONNX Runtime build differs from the export's)"
-        )
-    return float(diff.max())
-
-
-def load_export(directory: str | Path) -> tuple[Sidecar, OnnxPolicy]:
-    """The sidecar and ONNX policy of an export directory after every start-up check (DeployError, one line)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise DeployError(f"export directory {str(directory)!r} does not exist")
-    sidecar = read_sidecar(directory)
-    policy = OnnxPolicy(check_files(directory, sidecar, "onnx"), sidecar)
-    parity = directory / PARITY_NAME
-    if parity.is_file():
-        expected = sidecar.files_sha256.get(PARITY_NAME)
-        if expected and file_sha256(parity) != expected:
-            raise DeployError(f"{str(parity)!r} does not match the sha256 recorded in policy.json")
-        verify_parity(policy, parity)
-    return sidecar, policy
-
-
-class ChunkedPolicy:
-    """Executes an action chunk [H, A] tick by tick, calling the model every ``replan_every`` ticks."""
-
-    def __init__(self, policy: Callable[[np.ndarray], np.ndarray], horizon: int, replan_every: int) -> None:
-        self.policy, self.horizon, self.replan_every = policy, horizon, replan_every
-        self._chunk: np.ndarray | None = None
-        self._index = 0
-
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        if self._chunk is None or self._index >= self.replan_every:
-            chunk = np.asarray(self.policy(obs), dtype=np.float64)
-            self._chunk, self._index = chunk.reshape(self.horizon, -1), 0  # [H, A]
-        self._index += 1
-        return self._chunk[self._index - 1]
-
-    def reset(self) -> None:
-        """Drop the current chunk: the next call replans (the safety layer calls this after a fault)."""
-        self._chunk = None
-
-
 def _config_vector(name: str, value, size: int) -> np.ndarray | None:
     if value is None:
         return None
@@ -216,7 +116,9 @@ def _config_vector(name: str, value, size: int) -> np.ndarray | None:
     return np.asarray(value, dtype=np.float64)
 
 
-def build_safety(policy: Callable, sidecar: Sidecar, config: DeployConfig, stale_timeout: float) -> SafetyLayer:
+def build_safety(
+    policy: Callable, sidecar: Sidecar, config: DeployConfig, stale_timeout: float, future_tolerance: float = 0.0
+) -> SafetyLayer:
     """The SafetyLayer for this policy and deploy config; DeployError (one line) for a value that cannot work."""
     obs_low = _config_vector("obs_low", config.obs_low, sidecar.obs_dim)
     obs_high = _config_vector("obs_high", config.obs_high, sidecar.obs_dim)
@@ -231,6 +133,7 @@ def build_safety(policy: Callable, sidecar: Sidecar, config: DeployConfig, stale
             clip_obs=config.obs_bound_action == "clip",
             max_action_delta=_config_vector("max_action_delta", config.max_action_delta, sidecar.action_dim),
             stale_timeout=stale_timeout,
+            future_tolerance=future_tolerance,
             estop_after=config.estop_after,
             safe_action=config.safe_action,
             posture=_config_vector("posture", config.posture, sidecar.action_dim),
@@ -239,19 +142,25 @@ def build_safety(policy: Callable, sidecar: Sidecar, config: DeployConfig, stale
         raise DeployError(f"deploy config: {error}") from None
 
 
-def median_call_seconds(policy: Callable, obs_dim: int, calls: int = 25) -> float:
-    """Median wall time of one policy call on a zero observation (after 3 warm-up calls)."""
-    obs = np.zeros(obs_dim, dtype=np.float32)
-    times = []
+def check_log_path(path: str | Path) -> Path:
+    """``path`` once a tick log can be written there (not a directory, in an existing directory, creatable).
+
+    DeployError (one line) otherwise. Leaves no file behind (one created to find out is removed again).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise DeployError(f"log path {str(path)!r} is a directory; give a file name, e.g. {str(path / 'ticks.npy')!r}")
+    if not path.parent.is_dir():
+        raise DeployError(f"log path {str(path)!r}: the directory {str(path.parent)!r} does not exist")
+    existed = path.exists()
     try:
-        for i in range(calls + 3):
-            start = time.perf_counter()
-            policy(obs)
-            if i >= 3:
-                times.append(time.perf_counter() - start)
-    except Exception as error:  # a model that fails at start is a start-up error, not a tick fault
-        raise DeployError(f"the policy fails on a zero observation: {str(error).splitlines()[0]}") from None
-    return statistics.median(times)
+        with path.open("ab"):
+            pass
+    except OSError as error:
+        raise DeployError(f"log path {str(path)!r} cannot be written: {error.strerror or error}") from None
+    if not existed:
+        path.unlink(missing_ok=True)
+    return path
 
 
 class ControlLoop:
@@ -264,6 +173,10 @@ class ControlLoop:
     the robot's ``step_sync()`` after each tick (a SimRobot on its virtual clock: pass ``clock=robot.clock``), so
     with no delays tick t sees the observation after t env steps and its action drives step t + 1.
     ``status`` is called with a dict about once a second of ``clock`` time (see ``format_status``).
+    A tick never raises: a robot that does counts ``robot_error``, safety checks or a policy that do send
+    ``SafetyLayer.fail_safe()`` (flag and counter ``internal_error``). ``run`` may be called again and again;
+    ``stop()`` ends the deployment (Ctrl-C in ``run`` calls it, ``deploy`` calls it at the end), ``close()`` closes
+    the robot and saves the log.
     """
 
     def __init__(
@@ -298,18 +211,22 @@ class ControlLoop:
                 f"{self.period * 1e3:.2f} ms: this machine cannot hold it; set a longer period in the deploy config"
             )
         policy_fn = policy if horizon == 1 else ChunkedPolicy(policy, horizon, replan_every)
-        self.safety = build_safety(policy_fn, sidecar, config, config.stale_timeout_ms / 1000.0 or 3 * self.period)
+        stale = config.stale_timeout_ms / 1000.0 or 3 * self.period
+        self.safety = build_safety(policy_fn, sidecar, config, stale, future_tolerance=self.period)
+        if config.log_path:
+            check_log_path(config.log_path)
         self.log = TickLog(config.log_capacity, sidecar.action_dim)
-        self.counters = {"missed_deadline": 0, "robot_error": 0}
+        self.counters = {"missed_deadline": 0, "robot_error": 0, "stop_ticks": 0}
         self.ticks, self.interrupted, self.seconds = 0, False, 0.0
         self._start: float | None = None
         self._status_time, self._status_ticks, self._window = 0.0, 0, []
-        self._last_age, self._closed = math.nan, False
+        self._last_age, self._closed, self._deadline = math.nan, False, time.perf_counter()
+        self._stopped, self._estop_by_stop = False, False
 
     def run(self, duration: float | None = None, ticks: int | None = None) -> dict:
         """Run until ``duration`` seconds or ``ticks`` ticks (either or both; neither: until Ctrl-C); the summary.
 
-        Ctrl-C latches the e-stop, sends one (rate-limited) safe action and returns normally.
+        Ctrl-C ends the deployment: ``stop()`` (the safe action until it reaches its target), then a normal return.
         """
         if duration is not None and not duration > 0:
             raise DeployError(f"duration must be > 0 seconds, got {duration!r}")
@@ -319,7 +236,7 @@ class ControlLoop:
         start = deadline = time.perf_counter()
         if self._start is None:
             self._start = self._status_time = self.clock()
-        done = 0
+        done, interrupted = 0, False
         try:
             while ticks is None or done < ticks:
                 if self.realtime:
@@ -336,14 +253,48 @@ class ControlLoop:
                 if self.realtime and time.perf_counter() > deadline:
                     self.counters["missed_deadline"] += 1
                     deadline = time.perf_counter()
+                self._deadline = deadline
                 self._maybe_status()
         except KeyboardInterrupt:
-            self.interrupted = True
-            self.safety.estop()
-            action, _flags = self.safety.tick(None, math.nan, self.clock())
-            self._send(action)
+            interrupted = True
         self.seconds += time.perf_counter() - start
+        if interrupted:
+            self.interrupted = True
+            self.stop()
         return self.summary()
+
+    def stop(self, max_seconds: float = STOP_SECONDS) -> int:
+        """End the deployment: latch the e-stop and tick the safe action every period until it reaches its target.
+
+        That takes ceil(max |target - last action| / max_action_delta) ticks with a rate limit, one without (and
+        one for ``hold``, whose target is the last action), at most ``max_seconds`` worth; the ticks are logged
+        (flags estop, safe_action) and counted ``stop_ticks``. Only the first call (before ``close``) does anything;
+        a second Ctrl-C cuts the ramp short. Returns the ticks sent.
+        """
+        if self._stopped or self._closed:
+            return 0
+        self._stopped, self._estop_by_stop = True, not self.safety.estopped
+        self.safety.estop()
+        gap = np.abs(self.safety.safe_target() - self.safety.last_action)  # [A]
+        delta = self.safety.max_action_delta
+        needed = 1 if delta is None else max(1, math.ceil(float((gap / delta).max(initial=0.0))))
+        step_sync = None if self.realtime else getattr(self.robot, "step_sync", None)
+        start, deadline, sent = time.perf_counter(), self._deadline, 0
+        try:
+            while sent < min(needed, max(1, math.ceil(max_seconds / self.period))):
+                wait = deadline - time.perf_counter()
+                if self.realtime and wait > 0:
+                    time.sleep(wait)
+                self._tick()
+                sent += 1
+                self.counters["stop_ticks"] += 1
+                if step_sync is not None:
+                    step_sync()
+                deadline = max(deadline + self.period, time.perf_counter())
+        except KeyboardInterrupt:
+            pass
+        self.seconds += time.perf_counter() - start
+        return sent
 
     def _tick(self) -> None:
         start = time.perf_counter()
@@ -353,14 +304,17 @@ class ControlLoop:
             self.counters["robot_error"] += 1
             obs, obs_time = None, math.nan
         now = self.clock()
-        action, flags = self.safety.tick(obs, obs_time, now)
+        try:
+            action, flags = self.safety.tick(obs, obs_time, now)
+        except Exception:  # a bug in a check or a policy's reset: the safe action without the policy, rate-limited
+            action, flags = self.safety.fail_safe()
         self._send(action)
         compute = time.perf_counter() - start
         if compute > self.watchdog:
             flags |= self.safety.record_overrun()
         try:
             self._last_age = now - float(obs_time)
-        except (TypeError, ValueError):
+        except Exception:  # no number, too large, or a timestamp whose conversion fails: no age
             self._last_age = math.nan
         self.log.append(self.ticks, now - self._start, self._last_age, compute * 1e6, flags, action)
         self._window.append(compute * 1e6)
@@ -415,12 +369,16 @@ class ControlLoop:
             "policy_median_us": self.policy_seconds * 1e6,
             "counters": self.all_counters(),
             "episode_returns": returns,
-            "estopped": self.safety.estopped,
+            "estopped": self.safety.estopped and not self._estop_by_stop,  # by faults or by hand, not by stop()
+            "stopped": self._stopped,
             "interrupted": self.interrupted,
         }
 
     def close(self) -> Path | None:
-        """Close the robot and save the tick log to ``config.log_path`` (its path, or None without one)."""
+        """Close the robot, then save the tick log to ``config.log_path`` (its path, or None without one).
+
+        DeployError (one line) when the log cannot be written; the robot is closed first either way.
+        """
         if self._closed:
             return None
         self._closed = True
@@ -428,32 +386,11 @@ class ControlLoop:
             self.robot.close()
         except Exception:
             self.counters["robot_error"] += 1
-        return self.log.save(self.config.log_path) if self.config.log_path else None
-
-
-def format_status(status: dict) -> str:
-    """One status line: time, ticks, rate, compute p50/p99, observation age and the checks that fired."""
-    fired = " ".join(f"{k}={v}" for k, v in status["fired"].items()) or "no checks fired"
-    return (
-        f"{status['time']:7.1f}s  {status['ticks']} ticks  {status['rate_hz']:.1f} Hz  compute p50 "
-        f"{status['compute_p50_us']:.0f} us p99 {status['compute_p99_us']:.0f} us  obs age "
-        f"{status['obs_age_ms']:.1f} ms  {fired}"
-    )
-
-
-def format_summary(summary: dict) -> str:
-    """The final report, several lines."""
-    lines = [
-        f"ticks: {summary['ticks']} in {summary['seconds']:.2f} s ({summary['rate_hz']:.1f} Hz)"
-        + ("  (stopped by Ctrl-C)" if summary["interrupted"] else ""),
-        f"tick latency (read to send): p50 {summary['compute_p50_us']:.0f} us, p99 {summary['compute_p99_us']:.0f} us;"
-        f" policy call (median at start) {summary['policy_median_us']:.0f} us",
-        "counters: " + ", ".join(f"{k}={v}" for k, v in summary["counters"].items()),
-    ]
-    if summary["estopped"]:
-        lines.append("e-stop: LATCHED")
-    if summary["episode_returns"]:
-        returns = np.asarray(summary["episode_returns"])
-        lines.append(f"episodes: {returns.size}, return mean {returns.mean():.2f} (min {returns.min():.2f}, max "
-                     f"{returns.max():.2f})")  # fmt: skip
-    return "\n".join(lines)
+        if not self.config.log_path:
+            return None
+        try:
+            return self.log.save(self.config.log_path)
+        except OSError as error:
+            raise DeployError(
+                f"cannot save the tick log to {self.config.log_path!r}: {error.strerror or error}"
+            ) from None

@@ -2,7 +2,8 @@
 
 Shapes: D obs dim, A action dim. ``SafetyLayer.tick(obs, obs_time, now) -> (action [A], flags)`` checks, in order:
     e-stop latched                          -> safe action
-    no observation, or stale (now - obs_time > stale_timeout, or obs_time not a number) -> safe action
+    no observation, or stale: now - obs_time > stale_timeout, obs_time more than future_tolerance ahead of now,
+        or obs_time not a finite number                     -> safe action
     wrong size (or not convertible to numbers) -> safe action
     NaN / Inf (also values that overflow float32) -> safe action
     outside [obs_low, obs_high]             -> safe action, or clipped into the bounds (``clip_obs``)
@@ -17,6 +18,8 @@ the previous one. The previous action starts as ``initial_action`` (default: zer
 Faulty ticks: every check above that sends the safe action, plus watchdog overruns (``record_overrun``); an
 observation clipped into its bounds, a clamped or rate-limited action are corrections, not faults. Ticks before the
 first observation ever arrives are flagged WAITING and are not faults (a robot that has not started yet).
+``fail_safe()`` is the tick for when ``tick`` itself raised (a bug, or a policy whose ``reset`` raises): the
+rate-limited safe action, without the policy or any check, flagged INTERNAL_ERROR (a fault).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ RATE_LIMITED = 1 << 9
 WATCHDOG = 1 << 10  # the tick's compute exceeded the watchdog budget (set by the control loop)
 SAFE_ACTION = 1 << 11  # the action sent was the (rate-limited) safe action
 ESTOP_TRIPPED = 1 << 12  # this tick latched the e-stop
+INTERNAL_ERROR = 1 << 13  # the checks raised: the safe action from ``fail_safe`` (a fault)
 FLAG_NAMES = {
     ESTOP: "estop",
     WAITING: "waiting",
@@ -54,6 +58,7 @@ FLAG_NAMES = {
     WATCHDOG: "watchdog",
     SAFE_ACTION: "safe_action",
     ESTOP_TRIPPED: "estop_trips",
+    INTERNAL_ERROR: "internal_error",
 }
 SAFE_ACTIONS = ("hold", "zero", "posture")
 
@@ -87,6 +92,7 @@ class SafetyLayer:
         clip_obs: bool = False,
         max_action_delta=None,
         stale_timeout: float = math.inf,
+        future_tolerance: float = 0.0,
         estop_after: int = 0,
         safe_action: str = "hold",
         posture=None,
@@ -115,9 +121,12 @@ class SafetyLayer:
                 raise ValueError(f"max_action_delta must be > 0 (null: no limit), got {max_action_delta!r}")
         if not stale_timeout > 0:
             raise ValueError(f"stale_timeout must be > 0 seconds, got {stale_timeout!r}")
+        if not 0 <= future_tolerance < math.inf:
+            raise ValueError(f"future_tolerance must be a finite number >= 0 seconds, got {future_tolerance!r}")
         if estop_after < 0:
             raise ValueError(f"estop_after must be >= 0 (0: never), got {estop_after!r}")
         self.stale_timeout, self.estop_after = float(stale_timeout), int(estop_after)
+        self.future_tolerance = float(future_tolerance)  # a clock step or jitter: a timestamp this far ahead is fine
         if safe_action not in SAFE_ACTIONS:
             raise ValueError(f"safe_action {safe_action!r} is not allowed; allowed: {', '.join(SAFE_ACTIONS)}")
         self.safe_action = safe_action
@@ -137,7 +146,7 @@ class SafetyLayer:
         self.counters["ticks"] = 0
         self.estopped, self.consecutive_faults = False, 0
         self._seen_obs = False
-        self._fault_mask = NO_OBS | STALE | WRONG_SIZE | NON_FINITE_OBS | BAD_ACTION | WATCHDOG
+        self._fault_mask = NO_OBS | STALE | WRONG_SIZE | NON_FINITE_OBS | BAD_ACTION | WATCHDOG | INTERNAL_ERROR
         if not clip_obs:
             self._fault_mask |= OBS_BOUNDS
         self._last_tick_faulty, self._faults_before = False, 0
@@ -157,8 +166,33 @@ class SafetyLayer:
                 self.estopped = True
                 flags |= ESTOP_TRIPPED
         if target is None:
-            target = self.last_action if self.safe_action == "hold" else self.posture
+            target = self.safe_target()
             flags |= SAFE_ACTION
+        return self._finish(target, flags)
+
+    def fail_safe(self) -> tuple[np.ndarray, int]:
+        """The tick for when ``tick`` raised: the rate-limited safe action, no policy, no check; a faulty tick."""
+        flags = INTERNAL_ERROR | SAFE_ACTION
+        if self.estopped:
+            flags |= ESTOP
+        else:  # the fault bookkeeping of ``_note_fault`` without the policy's reset, which may be what raised
+            self._last_tick_faulty, self._faults_before = True, self.consecutive_faults
+            self.consecutive_faults += 1
+            if self.estop_after and self.consecutive_faults >= self.estop_after:
+                self.estopped = True
+                flags |= ESTOP_TRIPPED
+        try:
+            self._reset_policy()  # no chunk continues past a fault
+        except Exception:  # noqa: BLE001 - the safe action goes out whatever the policy does
+            pass
+        return self._finish(self.safe_target(), flags)
+
+    def safe_target(self) -> np.ndarray:
+        """[A] the safe action's target: the last action sent (hold), zero clipped into the bounds, or the posture."""
+        return self.last_action if self.safe_action == "hold" else self.posture
+
+    def _finish(self, target: np.ndarray, flags: int) -> tuple[np.ndarray, int]:
+        """Rate-limit toward ``target`` (within the bounds), remember it as the last action sent, count the flags."""
         action = self._rate_limit(target)
         if self.max_action_delta is not None and (np.abs(target - self.last_action) > self.max_action_delta).any():
             flags |= RATE_LIMITED
@@ -194,11 +228,12 @@ class SafetyLayer:
             return None, (NO_OBS if self._seen_obs else WAITING)
         self._seen_obs = True
         try:
-            age = float(now) - float(obs_time)
-        except (TypeError, ValueError):
-            age = math.nan
-        if not age <= self.stale_timeout:  # NaN (no or bad timestamp) is stale too
-            return None, STALE
+            measured = float(obs_time)
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond float range
+            measured = math.nan
+        age = float(now) - measured
+        if not (math.isfinite(measured) and -self.future_tolerance <= age <= self.stale_timeout):
+            return None, STALE  # too old, from the future, or no valid timestamp (NaN, inf)
         try:
             array = np.asarray(obs, dtype=np.float64)
         except (TypeError, ValueError, OverflowError):

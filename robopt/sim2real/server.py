@@ -9,6 +9,11 @@ count 0, is enough; ``UdpRobot`` sends one at start and repeats it until OBS pac
 reset observation (reward 0, not ended) and steps from there. OBS packets go to the source of the latest valid
 ACTION packet, so a restarted runtime is picked up. With ``peer`` ("HOST:PORT") it sends there from the start.
 
+Command timeout: after ``command_timeout`` seconds (``--command-timeout-ms``; default 10 periods, 0: off) without
+a valid ACTION, the env steps with zero action until the next one arrives (counted "command_timeout", once per
+timeout): a runtime that stops or dies leaves the robot at rest, not on its last command. A real robot needs the
+same guard in its own firmware.
+
 Link faults: each datagram in either direction is lost with probability ``loss`` ("lost_in", "lost_out") and
 delayed by ``latency_ms`` (one way). Malformed ACTION packets are dropped and counted by ``PacketError`` reason;
 duplicate and reordered ones by "duplicate" and "reordered". Nothing a datagram holds stops the server.
@@ -30,6 +35,8 @@ import typer
 from robopt.sim2real.network import MAX_DATAGRAM, SequenceFilter, open_socket, resolve_address, same_address
 from robopt.sim2real.protocol import KIND_ACTION, KIND_OBS, PacketError, decode, encode, obs_values
 
+COMMAND_TIMEOUT_PERIODS = 10  # default command timeout, in control periods
+
 
 @dataclass
 class ServeResult:
@@ -41,13 +48,13 @@ class ServeResult:
     def summary(self) -> str:
         mean = float(np.mean(self.episode_returns)) if self.episode_returns else math.nan
         c = Counter(self.counters)
-        seen = ("sent", "received", "hello", "clipped", "lost", "peer_changed", "resync", "overrun")  # not drops
+        seen = ("sent", "received", "hello", "clipped", "lost", "peer_changed", "resync", "overrun", "command_timeout")
         dropped = {k: v for k, v in sorted(c.items()) if k not in seen and v}
         dropped_text = ", ".join(f"{k}={v}" for k, v in dropped.items()) or "none"
         return (
             f"sim-robot: episodes {len(self.episode_returns)}, mean return {mean:.3f}, steps {self.steps}, "
             f"packets sent {c['sent']}, received {c['received']} (hello {c['hello']}), seq gaps {c['lost']}, "
-            f"dropped: {dropped_text}"
+            f"command timeouts {c['command_timeout']}, dropped: {dropped_text}"
         )
 
 
@@ -92,8 +99,10 @@ class SimRobotServer:
         seed: int = 0,
         peer: str | None = None,
         log: Callable[[str], None] | None = None,
+        command_timeout_ms: float | None = None,
     ) -> None:
         _check("--period", period, 0.0, low_open=True)
+        _check("--command-timeout-ms", command_timeout_ms, 0.0)
         _check("--latency-ms", latency_ms, 0.0)
         _check("--loss", loss, 0.0, 0.999)
         self.peer = None if peer is None else resolve_address(*parse_peer(peer))
@@ -106,6 +115,8 @@ class SimRobotServer:
         self.env = make_env(env_id, 1)
         self.env_id, self.seed = env_id, seed
         self.period = env_period(self.env) if period is None else float(period)
+        timeout = COMMAND_TIMEOUT_PERIODS * self.period if command_timeout_ms is None else command_timeout_ms / 1000.0
+        self.command_timeout = timeout  # seconds; 0: off
         self.low = self.env.action_low.cpu().numpy().astype(np.float64)  # [A]
         self.high = self.env.action_high.cpu().numpy().astype(np.float64)  # [A]
         try:
@@ -116,6 +127,7 @@ class SimRobotServer:
         self.address = self.socket.getsockname()
         self.counters: Counter[str] = Counter()
         self.action = np.zeros(self.env.action_dim)  # [A] the latest commanded action
+        self._last_command = math.nan  # time.monotonic() of the latest valid ACTION; NaN: none since the timeout
         self.filter = SequenceFilter()
         self._outbox: list = []  # heap of (due, n, datagram, address)
         self._inbox: list = []  # heap of (due, n, datagram, address)
@@ -125,7 +137,8 @@ class SimRobotServer:
         waiting = f"sending to {self.peer[0]}:{self.peer[1]}" if self.fixed_peer else "waiting for a hello/ACTION"
         return (
             f"sim-robot: {self.env_id} on udp {self.address[0]}:{self.address[1]}, period {self.period:g} s, "
-            f"obs_dim {self.env.obs_dim}, action_dim {self.env.action_dim}; {waiting}"
+            f"obs_dim {self.env.obs_dim}, action_dim {self.env.action_dim}, command timeout "
+            f"{f'{self.command_timeout:g} s' if self.command_timeout > 0 else 'off'}; {waiting}"
         )
 
     def run(
@@ -172,6 +185,11 @@ class SimRobotServer:
 
     def _step(self, seq: int, result: ServeResult) -> int:
         import torch
+
+        if self.command_timeout > 0 and time.monotonic() - self._last_command > self.command_timeout:
+            self.action = np.zeros(self.env.action_dim)  # no command for too long: rest, not the last command
+            self._last_command = math.nan
+            self.counters["command_timeout"] += 1
 
         action = torch.as_tensor(self.action[None], dtype=torch.float32)  # [1, A]
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -253,7 +271,7 @@ class SimRobotServer:
         clipped = np.clip(action, self.low, self.high)
         if not np.array_equal(clipped, action):
             self.counters["clipped"] += 1
-        self.action = clipped
+        self.action, self._last_command = clipped, time.monotonic()
 
 
 def serve(
@@ -269,9 +287,10 @@ def serve(
     peer: str | None = None,
     stop: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
+    command_timeout_ms: float | None = None,
 ) -> ServeResult:
     """Build a ``SimRobotServer``, serve, close; prints (``log``) the ready line, each episode and the summary."""
-    server = SimRobotServer(env_id, port, host, period, latency_ms, loss, seed, peer, log)
+    server = SimRobotServer(env_id, port, host, period, latency_ms, loss, seed, peer, log, command_timeout_ms)
     try:
         result = server.run(duration, episodes, stop)
     finally:
@@ -293,12 +312,18 @@ def register(app: typer.Typer, fail: Callable[..., None]) -> None:
         duration: float | None = typer.Option(None, "--duration", help="stop after this many seconds"),
         episodes: int | None = typer.Option(None, "--episodes", help="stop after this many episodes"),
         peer: str | None = typer.Option(None, "--peer", help="HOST:PORT to send OBS to from the start"),
+        command_timeout_ms: float | None = typer.Option(
+            None, "--command-timeout-ms", help="zero action after this long with no ACTION (default 10 periods; 0: off)"
+        ),
     ) -> None:
         """Serve a simulated robot over UDP (OBS out, ACTION in) for hardware-in-the-loop tests."""
         from robopt.config import ConfigError
 
         try:
-            serve(env_id, port, host, period, latency_ms, loss, seed, duration, episodes, peer, log=typer.echo)
+            serve(
+                env_id, port, host, period, latency_ms, loss, seed, duration, episodes, peer,
+                log=typer.echo, command_timeout_ms=command_timeout_ms,
+            )  # fmt: skip
         except (ValueError, ConfigError) as error:  # DeployError is a ValueError
             fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
 

@@ -66,19 +66,53 @@ def _fail(message: str) -> None:
     raise DeployError(f"policy.json: {message}")
 
 
+def _is_number(value) -> bool:
+    """An int or float that is not NaN and fits a float (JSON may hold an integer of any size)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return not math.isnan(float(value))
+    except OverflowError:
+        return False
+
+
 def _check_vector(name: str, value, size: int, optional: bool = False) -> None:
     if value is None and optional:
         return
     if not isinstance(value, list) or len(value) != size:
         _fail(f"{name} must be a list of {size} numbers, got {value!r:.80}")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) for v in value):
+    if not all(_is_number(v) for v in value):
         _fail(f"{name} must hold numbers (no NaN), got {value!r:.80}")
+
+
+def _plain_file_name(name) -> bool:
+    """A file name inside the export directory: a non-empty string with no path separator, not '.' or '..'."""
+    return isinstance(name, str) and name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+
+
+def _check_types(s: Sidecar) -> None:
+    """The JSON types of the fields the runtime uses as strings, names, file names and mappings."""
+    for name in ("policy_kind", "env_id", "onnx_input", "onnx_output", "weights_sha256", "robopt_version"):
+        if not isinstance(getattr(s, name), str):
+            _fail(f"{name} must be a string, got {getattr(s, name)!r:.80}")
+    for name in ("obs_names", "action_names"):
+        names = getattr(s, name)
+        if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
+            _fail(f"{name} must be null or a list of strings, got {names!r:.80}")
+    if not isinstance(s.config, dict):
+        _fail(f"config must be an object (the run's config), got {s.config!r:.80}")
+    if not isinstance(s.files, dict) or not all(_plain_file_name(v) for v in s.files.values()):
+        _fail(f"files must map formats to plain file names in the export directory (no path), got {s.files!r:.80}")
+    hashes = s.files_sha256
+    if not isinstance(hashes, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in hashes.items()):
+        _fail(f"files_sha256 must map file names to sha256 hex strings, got {hashes!r:.80}")
 
 
 def check_sidecar(s: Sidecar) -> None:
     """Raise DeployError naming the first inconsistent field."""
     if s.format != FORMAT or s.format_version != FORMAT_VERSION:
         _fail(f"format {s.format!r} version {s.format_version!r} is not {FORMAT!r} version {FORMAT_VERSION}")
+    _check_types(s)
     for name in ("obs_dim", "action_dim", "action_chunk"):
         value = getattr(s, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:

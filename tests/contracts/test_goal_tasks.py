@@ -84,6 +84,22 @@ def test_goal_stays_put_and_reward_matches_compute_reward(env_id) -> None:
             assert (env.physics.state()["qpos"][:, -3:] - goal_qpos).abs().max() < 1e-9  # measured: exactly 0
 
 
+def test_obs_noise_reward_and_success_use_the_noise_free_state() -> None:
+    """What docs/envs.md states for HER with obs_noise: the env's reward and success ignore the noise, the observed
+    goals (what hindsight relabels from) carry it."""
+    env = make_env(REACH, 64, seed=4, randomization={"obs_noise": 0.05})
+    env.reset(seed=4)
+    disagree = 0
+    for _ in range(10):
+        obs, reward, _, _, info = env.step(torch.zeros(64, 3))
+        clean = env.task.observe(env.physics.state()).float()
+        torch.testing.assert_close(reward, env.compute_reward(clean[:, 0:3], clean[:, 6:9]))
+        assert torch.equal(info["is_success"], is_success(clean[:, 0:3], clean[:, 6:9]))
+        assert (obs - clean).std().item() == pytest.approx(0.05, rel=0.2)  # the policy and the buffer see noise
+        disagree += int((env.compute_reward(obs[:, 0:3], obs[:, 6:9]) != reward).sum())
+    assert disagree > 0  # relabelling from observed goals can give another reward than the env's
+
+
 def test_compute_reward_is_vectorized_and_sparse() -> None:
     achieved = torch.zeros(5, 3)
     # distances 0, 0.03, 0.05 (3-4-5 triangle: on the boundary, a success), 0.06 and 0.5

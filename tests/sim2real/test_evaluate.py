@@ -81,6 +81,18 @@ def test_nominal_cell_is_robopt_eval_and_mass_changes_returns(hopper, tmp_path):
     np.testing.assert_allclose(off.returns[0], result.returns[2, 1], atol=1e-9)  # same cell, same numbers
 
 
+def test_repeated_factors_keep_every_cell_in_product_order(hopper, tmp_path):
+    run_dir, _ = hopper
+    grid = {"body_mass": [1.0, 2.0, 1.0], "geom_friction": [0.5, 0.5]}  # factors repeated on both axes
+    result = evaluate_transfer(run_dir, grid, episodes=2, seed=3, out=tmp_path)  # crashed in reshape before
+    assert result.returns.shape == (3, 2, 2)
+    np.testing.assert_array_equal(result.returns[0], result.returns[2])  # body_mass 1 twice: the same numbers
+    np.testing.assert_array_equal(result.returns[:, 0], result.returns[:, 1])  # geom_friction 0.5 twice
+    assert np.abs(result.returns[1] - result.returns[0]).max() > 0.1  # body_mass 2 is its own cell
+    with pytest.raises(ConfigError, match="LOW == HIGH gives one factor"):
+        parse_grid_axis("body_mass=1:1:3")
+
+
 def test_motor_gain_is_scaled_action(tmp_path):
     """actuator_gain 0.5 on InvertedPendulum (force = gear * gain * ctrl, reward 1 per step, no control cost)
     gives exactly the returns of the nominal model driven by half the (bounds-clamped) action."""
@@ -167,6 +179,7 @@ def test_cli_prints_the_table(hopper, tmp_path):
         (["--grid", "body_mass=0.5:1.5:0"], "COUNT must be at least 1"),
         (["--grid", "body_mass=0:1.5:3"], "need 0 < LOW <= HIGH"),
         (["--grid", "body_mass=2:1:3"], "need 0 < LOW <= HIGH"),
+        (["--grid", "body_mass=1:1:3"], "LOW == HIGH gives one factor; use COUNT 1 or LOW < HIGH"),
         (["--grid", "gravity=0.5:1:2"], "allowed: body_mass, geom_friction, dof_damping, actuator_gain"),
         (["--grid", "body_mass=1:1:1", "--grid", "dof_damping=1:1:1", "--grid", "actuator_gain=1:1:1"], "one or two"),
         (["--grid", "body_mass=1:1:1", "--grid", "body_mass=1:2:2"], "given twice"),

@@ -192,3 +192,20 @@ def test_policy_without_export_module_is_refused(exports, monkeypatch):
         export.export_run(run_dir, run_dir / "other", formats=("onnx",))
     with pytest.raises(ConfigError, match="^export format must be one of onnx, torchscript, got pdf$"):
         export.export_run(run_dir, formats=("pdf",))
+
+
+def test_installed_export_directory_has_the_umask_mode_not_mkdtemp_0700(tmp_path):
+    import os
+    import stat
+    import tempfile
+
+    old = os.umask(0o022)
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=tmp_path))
+        (tmp / "policy.json").write_text("{}")
+        assert stat.S_IMODE(tmp.stat().st_mode) == 0o700
+        export._install(tmp, tmp_path / "out")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o755  # 0o777 & ~0o022, as mkdir makes it
+    assert (tmp_path / "out" / "policy.json").read_text() == "{}" and not tmp.exists()

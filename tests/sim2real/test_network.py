@@ -360,6 +360,39 @@ def test_sim_robot_loss_latency_and_malformed_actions():
     assert 0.1 < c["lost_out"] / (c["sent"] + c["lost_out"]) < 0.3
 
 
+def test_sim_robot_rests_after_its_command_timeout():
+    from robopt.sim2real.server import ServeResult, SimRobotServer
+
+    server = SimRobotServer("Pendulum-v1", period=0.01, command_timeout_ms=200, log=lambda line: None)
+    try:
+        assert "command timeout 0.2 s" in server.ready_line()
+        result, peer = ServeResult(), ("127.0.0.1", 9)
+        server.env.reset(seed=0)
+        server._accept(encode(KIND_ACTION, 1, 0.0, np.array([1.5])), peer)
+        server._step(0, result)
+        assert server.action.tolist() == [1.5] and "command_timeout" not in server.counters
+        server._last_command -= 0.1  # as if the command came 100 ms ago: still the last one
+        server._step(1, result)
+        assert server.action.tolist() == [1.5]
+        server._last_command -= 0.15  # 250 ms: zero action from this step on, counted once
+        server._step(2, result)
+        server._step(3, result)
+        assert server.action.tolist() == [0.0] and server.counters["command_timeout"] == 1
+        server._accept(encode(KIND_ACTION, 2, 0.0, np.array([-1.0])), peer)  # a command again
+        server._step(4, result)
+        assert server.action.tolist() == [-1.0]
+        assert "command timeouts 1," in ServeResult(counters=server.counters).summary()
+    finally:
+        server.close()
+    default = SimRobotServer("Pendulum-v1", command_timeout_ms=None, log=lambda line: None)  # 10 periods of 0.05 s
+    off = SimRobotServer("Pendulum-v1", command_timeout_ms=0, log=lambda line: None)
+    try:
+        assert default.command_timeout == pytest.approx(0.5) and "command timeout off" in off.ready_line()
+    finally:
+        default.close()
+        off.close()
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -369,6 +402,7 @@ def test_sim_robot_loss_latency_and_malformed_actions():
         (["Pendulum-v1", "--port", "0", "--peer", "nohost"], "--peer must be HOST:PORT"),
         (["Pendulum-v1", "--port", "0", "--episodes", "0"], "--episodes must be an integer >= 1"),
         (["NoSuchEnv-v0", "--port", "0"], "unknown Gymnasium env id 'NoSuchEnv-v0'"),
+        (["Pendulum-v1", "--port", "0", "--command-timeout-ms", "-5"], "--command-timeout-ms must be a finite number"),
     ],
 )
 def test_sim_robot_bad_input_is_one_line_exit_2(args, message):

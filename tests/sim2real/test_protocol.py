@@ -145,6 +145,18 @@ def test_sequence_filter_wraps_and_resyncs():
     assert f.classify(3 + 2**20) == ("resync", 0)  # a jump no loss explains
 
 
+def test_a_sender_restarted_soon_after_start_resyncs_after_16_older_packets():
+    f = SequenceFilter()  # resync_after 16, window 128
+    assert all(f.classify(seq)[0] == "new" for seq in range(100))
+    # the sender restarts at 0: its numbers 0..99 were all seen, yet they are older packets in a row
+    verdicts = [f.classify(seq)[0] for seq in range(17)]
+    assert verdicts == ["duplicate"] * 15 + ["resync", "new"]  # before the fix: 100 duplicates, then "new" at 100
+    assert f.newest == 16
+    f.classify(20)
+    assert f.classify(18) == ("reordered", 0) and f.classify(18) == ("duplicate", 0)  # a new packet ends the run
+    assert f._older_run == 2
+
+
 def test_protocol_and_network_import_no_torch():
     code = "import sys, robopt.sim2real.protocol, robopt.sim2real.network; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

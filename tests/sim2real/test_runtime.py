@@ -21,6 +21,7 @@ from robopt.sim2real.runtime import (
     SafetyLayer,
     TickLog,
     build_safety,
+    check_log_path,
     load_deploy_config,
     load_export,
     load_log,
@@ -342,11 +343,12 @@ def test_loop_survives_a_misbehaving_robot_and_ctrl_c_sends_the_safe_action(tmp_
     config = DeployConfig(max_action_delta=0.25, safe_action="zero", log_path=str(tmp_path / "log.npy"))
     loop = ControlLoop(constant([1.0, -1.0]), robot, sidecar_for(), config, clock=lambda: 0.0, realtime=False)
     summary = loop.run(ticks=100)
-    assert summary["interrupted"] and summary["ticks"] == 6 and summary["counters"]["robot_error"] == 3
-    sent = np.array(robot.sent)  # 6 ticks + the safe action after Ctrl-C
+    assert summary["interrupted"] and summary["ticks"] == 7 and summary["counters"]["robot_error"] == 3
+    assert summary["counters"]["stop_ticks"] == 1  # already at the safe target (zero): one stop tick
+    sent = np.array(robot.sent)  # 6 ticks + the stop tick after Ctrl-C
     np.testing.assert_allclose(sent[:, 0], [0.25, 0.0, 0.0, 0.0, 0.25, 0.0, 0.0])
     assert loop.close() == tmp_path / "log.npy" and robot.closed
-    assert load_log(tmp_path / "log.npy")["tick"].tolist() == list(range(6))
+    assert load_log(tmp_path / "log.npy")["tick"].tolist() == list(range(7))
 
 
 def test_loop_refuses_a_period_the_machine_cannot_hold():
@@ -475,8 +477,8 @@ def test_deploy_command_on_a_simulated_robot(export_dir, tmp_path):
     )
     assert result.exit_code == 0, result.output
     ticks = int(re.search(r"ticks: (\d+) in", result.output).group(1))
-    assert 20 <= ticks <= 24 and "Hz" in result.output and "robot.steps=" in result.output  # 1.2 s at 50 ms: 24
-    assert len(load_log(log)) == ticks
+    assert 20 <= ticks <= 25 and "Hz" in result.output and "robot.steps=" in result.output  # 1.2 s at 50 ms: 24
+    assert "stop_ticks=1" in result.output and len(load_log(log)) == ticks  # + 1 stop tick (hold: at its target)
 
 
 def test_runtime_modules_import_without_torch():
@@ -484,4 +486,208 @@ def test_runtime_modules_import_without_torch():
         "import sys, robopt.sim2real.runtime, robopt.sim2real.robots, robopt.sim2real.deploy, "
         "robopt.sim2real.safety; assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)"
     )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# ---------------------------------------------------------------- review fixes: timestamps, internal errors, stop
+
+
+def test_future_infinite_and_overflowing_timestamps_are_stale():
+    safety = layer()  # future_tolerance 0
+    assert safety.tick(GOOD, 10.3, 10.0)[1] == S.STALE | S.SAFE_ACTION  # measured 0.3 s in the future
+    assert safety.tick(GOOD, math.inf, 10.0)[1] == S.STALE | S.SAFE_ACTION  # age -inf
+    assert safety.tick(GOOD, -math.inf, 10.0)[1] == S.STALE | S.SAFE_ACTION
+    assert safety.tick(GOOD, 10**400, 10.0)[1] == S.STALE | S.SAFE_ACTION  # float() of it overflows
+    assert safety.counters["stale"] == 4
+    tolerant = layer(future_tolerance=0.5)
+    assert tolerant.tick(GOOD, 10.5, 10.0)[1] == 0  # exactly the tolerance ahead: fine
+    assert tolerant.tick(GOOD, 10.6, 10.0)[1] == S.STALE | S.SAFE_ACTION
+    for bad in (-0.1, math.inf, math.nan):
+        with pytest.raises(ValueError, match="future_tolerance"):
+            layer(future_tolerance=bad)
+    loop = ControlLoop(constant([0, 0]), ScriptedRobot([]), sidecar_for(period=0.02), clock=lambda: 0.0, realtime=False)
+    assert loop.safety.future_tolerance == 0.02  # the loop allows one control period
+
+
+class ExplodingTime:
+    """A timestamp whose conversion raises something no check expects."""
+
+    def __float__(self):
+        raise RuntimeError("clock driver bug")
+
+
+class ResetRaises:
+    """A policy that works but whose ``reset`` (called by the safety layer after every fault) raises."""
+
+    def __call__(self, obs):
+        return np.array([1.0, -2.0])
+
+    def reset(self):
+        raise RuntimeError("reset failed")
+
+
+def test_a_tick_never_raises_and_its_fallback_keeps_bounds_and_rate_limit():
+    nan = np.full(3, np.nan)
+    script = [(GOOD, 0.0)] * 3 + [(nan, 0.0), (GOOD, ExplodingTime()), (GOOD, 10**400), (nan, 0.0)] * 3
+    robot = ScriptedRobot(script)
+    config = DeployConfig(max_action_delta=0.25, estop_after=0, safe_action="zero")
+    loop = ControlLoop(ResetRaises(), robot, sidecar_for(), config, clock=lambda: 0.0, realtime=False)
+    summary = loop.run(ticks=len(script))  # raised RuntimeError out of the tick before the fix
+    assert summary["ticks"] == 15 and summary["counters"]["internal_error"] == 12  # every fault calls reset
+    sent = np.array(robot.sent)
+    # 3 good ticks ramp to [0.75, -0.75]; then the safe action (zero) ramps back, 0.25 per tick, never a jump
+    ramp = [[0.25, -0.25], [0.5, -0.5], [0.75, -0.75], [0.5, -0.5], [0.25, -0.25], [0, 0]]
+    np.testing.assert_allclose(sent[:6], ramp)
+    assert (np.abs(sent) <= 1.0).all() and (np.abs(np.diff(sent, axis=0)) <= 0.25 + 1e-12).all()
+    flags = loop.log.records()["flags"]
+    assert (flags[3] & S.INTERNAL_ERROR) and (flags[3] & S.SAFE_ACTION) and not flags[2] & S.INTERNAL_ERROR
+    # with a policy that has no reset: only the exploding timestamp is an internal error; 10**400 is stale
+    robot = ScriptedRobot([(GOOD, 0.0), (GOOD, ExplodingTime()), (GOOD, 10**400), (GOOD, 0.0)])
+    loop = ControlLoop(constant([1.0, -1.0]), robot, sidecar_for(), config, clock=lambda: 0.0, realtime=False)
+    counters = loop.run(ticks=4)["counters"]
+    assert counters["internal_error"] == 1 and counters["stale"] == 1
+    np.testing.assert_allclose(robot.sent, [[0.25, -0.25], [0.0, 0.0], [0.0, 0.0], [0.25, -0.25]])
+
+
+def test_stop_ramps_the_safe_action_to_its_target_and_run_alone_never_stops():
+    robot = ScriptedRobot([])
+    config = DeployConfig(max_action_delta=0.25, safe_action="zero")
+    loop = ControlLoop(constant([1.0, -1.0]), robot, sidecar_for(), config, clock=lambda: 0.0, realtime=False)
+    for _ in range(3):
+        loop.run(ticks=2)  # repeated runs, as tests and the fuzz test make: no stop in between
+    assert not loop.safety.estopped and len(robot.sent) == 6
+    np.testing.assert_array_equal(robot.sent[-1], [1.0, -1.0])
+    assert loop.stop() == 4  # ceil(1.0 / 0.25) ticks to zero
+    np.testing.assert_allclose(robot.sent[6:], [[0.75, -0.75], [0.5, -0.5], [0.25, -0.25], [0.0, 0.0]])
+    assert loop.stop() == 0 and len(robot.sent) == 10  # only the first call does anything
+    summary = loop.summary()
+    assert summary["stopped"] and not summary["estopped"] and summary["counters"]["stop_ticks"] == 4
+    records = loop.log.records()
+    assert records["tick"].tolist() == list(range(10))
+    assert (records["flags"][6:] & (S.ESTOP | S.SAFE_ACTION) == S.ESTOP | S.SAFE_ACTION).all()
+    # a far target is ramped for at most 2 s worth of ticks; without a rate limit one tick reaches it
+    far = DeployConfig(max_action_delta=0.001, safe_action="zero")
+    loop = ControlLoop(constant([1.0, 1.0]), ScriptedRobot([]), sidecar_for(), far, clock=lambda: 0.0, realtime=False)
+    loop.run(ticks=1000)
+    assert loop.stop() == 200  # needs 1000 ticks; 2 s at 10 ms is 200
+    loop = ControlLoop(constant([1.0, 1.0]), ScriptedRobot([]), sidecar_for(), DeployConfig(safe_action="zero"))
+    loop.run(ticks=1)
+    assert loop.stop() == 1 and loop.robot.sent[-1].tolist() == [0.0, 0.0]
+
+
+def test_stop_ticks_at_the_control_period_in_real_time():
+    import time
+
+    class TimedRobot(ScriptedRobot):
+        def send(self, action):
+            super().send(action)
+            self.times = [*getattr(self, "times", []), time.perf_counter()]
+
+    robot = TimedRobot([])
+    config = DeployConfig(max_action_delta=0.5, safe_action="zero")
+    loop = ControlLoop(constant([1.0, -1.0]), robot, sidecar_for(period=0.02), config, clock=lambda: 0.0)
+    loop.run(ticks=2)
+    assert loop.stop() == 2
+    np.testing.assert_allclose(robot.sent, [[0.5, -0.5], [1.0, -1.0], [0.5, -0.5], [0.0, 0.0]])
+    assert (np.diff(robot.times) >= 0.02 - 2e-3).all()  # the ramp keeps the period, no burst
+
+
+def test_ctrl_c_stops_with_the_ramp():
+    robot = ScriptedRobot([(GOOD, 0.0)] * 4 + [KeyboardInterrupt()])
+    config = DeployConfig(max_action_delta=0.25, safe_action="zero")
+    loop = ControlLoop(constant([1.0, 1.0]), robot, sidecar_for(), config, clock=lambda: 0.0, realtime=False)
+    summary = loop.run()
+    assert summary["interrupted"] and summary["stopped"] and summary["counters"]["stop_ticks"] == 4
+    np.testing.assert_allclose(np.array(robot.sent)[:, 0], [0.25, 0.5, 0.75, 1.0, 0.75, 0.5, 0.25, 0.0])
+
+
+def test_deploy_ends_with_the_safe_action_ramped_to_zero(export_dir, tmp_path):
+    from robopt.sim2real.deploy import deploy
+
+    config = tmp_path / "deploy.yaml"
+    config.write_text("max_action_delta: 0.5\nsafe_action: zero\n")
+    log = tmp_path / "ticks.npy"
+    summary = deploy(export_dir, "sim:Pendulum-v1?seed=0", 0.5, config, log, echo=lambda _: None)
+    records = load_log(log)
+    stop = summary["counters"]["stop_ticks"]
+    assert summary["stopped"] and not summary["estopped"] and len(records) == summary["ticks"]
+    before = abs(float(records["action"][-stop - 1][0]))
+    assert stop == max(1, math.ceil(before / 0.5 - 1e-9)) and records["action"][-1].tolist() == [0.0]
+    assert (records["flags"][-stop:] & S.ESTOP).all() and not (records["flags"][:-stop] & S.ESTOP).any()
+
+
+def test_log_path_is_checked_before_the_run_and_a_failed_save_is_one_line(export_dir, tmp_path):
+    from robopt.sim2real.deploy import deploy
+
+    for path, match in [(tmp_path, "is a directory"), (tmp_path / "missing" / "t.npy", "does not exist")]:
+        with pytest.raises(DeployError, match=match):  # refused at once, before any robot is built
+            deploy(export_dir, "sim:NoSuchEnv-v0", 1.0, None, path, echo=lambda _: None)
+    assert check_log_path(tmp_path / "ok.npy") == tmp_path / "ok.npy" and not (tmp_path / "ok.npy").exists()
+    robot = ScriptedRobot([])
+    config = DeployConfig(log_path=str(tmp_path / "late.npy"))
+    loop = ControlLoop(constant([0, 0]), robot, sidecar_for(), config, clock=lambda: 0.0, realtime=False)
+    loop.run(ticks=3)
+    (tmp_path / "late.npy").mkdir()  # the path became unwritable during the run
+    with pytest.raises(DeployError, match="cannot save the tick log") as error:
+        loop.close()
+    assert robot.closed and "\n" not in str(error.value)
+
+
+def test_log_capacity_has_an_upper_bound():
+    assert load_deploy_config({"log_capacity": 10_000_000}).log_capacity == 10_000_000
+    with pytest.raises(ConfigError, match="log_capacity must be between 1 and 10_000_000"):
+        load_deploy_config({"log_capacity": 10_000_001})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("files", {"onnx": "../policy.onnx"}, "plain file names"),
+        ("files", {"onnx": "/etc/passwd"}, "plain file names"),
+        ("files", {"onnx": ".."}, "plain file names"),
+        ("files", {"onnx": 3}, "plain file names"),
+        ("files_sha256", ["abc"], "files_sha256"),
+        ("files_sha256", {"policy.onnx": 5}, "files_sha256"),
+        ("onnx_input", 5, "onnx_input must be a string"),
+        ("onnx_output", None, "onnx_output must be a string"),
+        ("policy_kind", ["gaussian"], "policy_kind must be a string"),
+        ("env_id", {}, "env_id must be a string"),
+        ("config", [], "config must be an object"),
+        ("obs_names", [1, 2, 3], "obs_names must be null or a list of strings"),
+        ("action_names", [None], "action_names must be null or a list of strings"),
+        ("action_low", [10**400], "action_low must hold numbers"),
+    ],
+)
+def test_sidecar_field_types_are_checked(tmp_path, field, value, match):
+    import json
+
+    from robopt.sim2real.sidecar import read_sidecar
+
+    write_sidecar(tmp_path, sidecar_for(action_dim=1))
+    data = json.loads((tmp_path / "policy.json").read_text())
+    data[field] = value
+    (tmp_path / "policy.json").write_text(json.dumps(data))
+    with pytest.raises(DeployError, match=match):
+        read_sidecar(tmp_path)
+
+
+def test_parity_file_that_is_not_an_npz_archive_is_one_line(export_dir, tmp_path):
+    from robopt.sim2real.runtime import verify_parity
+
+    _, policy = load_export(export_dir)
+    np.save(tmp_path / "array.npy", np.zeros((4, 3)))
+    (tmp_path / "text.npz").write_text("not an archive")
+    np.savez(tmp_path / "strings.npz", obs=np.array([["a", "b", "c"]]), action=np.array([["x"]]))
+    for name, match in [("array.npy", "not an npz archive"), ("text.npz", "npz"), ("strings.npz", "not numbers")]:
+        with pytest.raises(DeployError, match=match) as error:
+            verify_parity(policy, tmp_path / name)
+        assert "\n" not in str(error.value)
+
+
+def test_model_helpers_live_in_model_and_are_re_exported():
+    from robopt.sim2real import model, runtime
+
+    for name in ("OnnxPolicy", "verify_parity", "load_export", "ChunkedPolicy", "median_call_seconds"):
+        assert getattr(runtime, name) is getattr(model, name)
+    code = "import sys, robopt.sim2real.model; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

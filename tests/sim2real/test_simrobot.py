@@ -142,6 +142,7 @@ def test_parse_robot_sim_spec():
         ("udp://robot", "udp://HOST:PORT"),
         ("udp://:80", "udp://HOST:PORT"),
         ("udp://h:99999", "udp://HOST:PORT"),
+        ("udp://127.0.0.1:0", "port in 1..65535"),  # port 0 was accepted: actions to nowhere
     ],
 )
 def test_parse_robot_refuses_bad_specs_in_one_line(spec, match):
