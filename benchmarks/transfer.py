@@ -31,7 +31,7 @@ CONFIGS = {"native": "configs/ppo_hopper_native.yaml", "randomized": "configs/pp
 def table(name: str, mean: np.ndarray, axes, values) -> str:
     lines = [f"{name}: mean return per cell ({axes[0]} rows" + (f", {axes[1]} columns)" if len(axes) > 1 else ")")]
     columns = values[1] if len(axes) > 1 else ("",)
-    lines.append(f"{'':>8s}" + "".join(f"{c:>9}" for c in columns))
+    lines.append(f"{'':>8s}" + "".join(f"{c:>9g}" if c != "" else "" for c in columns))
     for i, row_value in enumerate(values[0]):
         cells = mean[i] if len(axes) > 1 else [mean[i]]
         lines.append(f"{row_value:>8g}" + "".join(f"{c:9.0f}" for c in cells))
