@@ -35,7 +35,7 @@ import torch
 
 from robopt.policies import FlowPolicy, GaussianPolicy
 from robopt.policies.flow import INTEGRATORS, FlowPolicyConfig
-from robopt.sim2real.export import quiet  # silences the exporters' progress lines, warnings and logs
+from robopt.sim2real.export import export_onnx, quiet  # the exporters, silenced
 
 ROUNDS = 10
 
@@ -97,13 +97,7 @@ def torchscript_runner(module: torch.nn.Module, obs: torch.Tensor, optimize: boo
 def onnx_runner(module: torch.nn.Module, obs: torch.Tensor, path: Path, threads: int) -> Runner:
     import onnxruntime
 
-    example = obs.expand(4, -1).contiguous()  # export at batch 4 with a dynamic batch axis; run at batch 1
-    with quiet():
-        program = torch.onnx.export(
-            module, (example,), dynamo=True, dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
-            input_names=["obs"], output_names=["action"], verbose=False,
-        )  # fmt: skip
-        program.save(str(path))
+    export_onnx(module, obs.expand(4, -1).contiguous(), path)  # batch 4, dynamic batch axis; run at batch 1
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
