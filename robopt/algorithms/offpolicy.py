@@ -196,8 +196,17 @@ class OffPolicyLoop:
             self.obs = state["obs"].to(self.env.device)
 
 
-def build_replay(schedule: OffPolicySchedule, gamma: float, env) -> ReplayBuffer:
-    """The replay buffer ``schedule`` describes (size, sampler, n-step or hindsight) for discount ``gamma``."""
+def build_replay(schedule: OffPolicySchedule, gamma: float, env, policy=None) -> ReplayBuffer:
+    """The replay buffer ``schedule`` describes (size, sampler, n-step or hindsight) for discount ``gamma``.
+
+    The off-policy loop never updates an observation normalizer, so a ``policy`` whose normalizer is enabled
+    is refused here (it would stay at its initial statistics, a silent no-op).
+    """
+    if policy is not None and policy.normalizer.enabled:
+        raise ConfigError(
+            "policy.normalize_obs=true is not supported by the off-policy algorithms yet (the loop does not update "
+            "the normalizer); set policy.normalize_obs=false"
+        )
     from robopt.buffers.replay import ReplayStorage
     from robopt.buffers.samplers import PrioritizedSampler, UniformSampler
     from robopt.buffers.transforms import NStep

@@ -26,6 +26,7 @@ def her_config(tmp_path, env_id="mujoco/GripperReach", **loop) -> ExperimentConf
                 "state_dependent_std": True,
                 "hidden": [32, 32],
                 "activation": "relu",
+                "normalize_obs": False,
             },  # fmt: skip
             "algo": {
                 "name": "sac",

@@ -73,6 +73,7 @@ def test_prioritized_n_step_sac_updates_priorities(tmp_path):
         ({"algo": {"name": "sac", "loop": {"buffer_size": 32, "batch_size": 64}}}, "smaller than loop.batch_size"),
         ({"algo": {"name": "sac", "loop": {"priority_alpha": 1.5}}}, "loop.priority_alpha must be in [0, 1]"),
         ({"algo": {"name": "sac", "loop": {"sampler": "rank"}}}, "'rank' is not allowed"),
+        ({"policy": {"name": "gaussian", "squash": True, "normalize_obs": True}}, "normalize_obs=true is not supp"),
     ],
 )
 def test_bad_sac_input_is_one_line(tmp_path, override, message):
