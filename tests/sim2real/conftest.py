@@ -7,8 +7,9 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from runtime_fakes import pendulum_sidecar
 
-from robopt.sim2real.sidecar import Sidecar, file_sha256, write_sidecar
+from robopt.sim2real.sidecar import file_sha256, write_sidecar
 
 
 @pytest.fixture(scope="module")
@@ -38,17 +39,7 @@ def export_dir(tmp_path_factory):
     with torch.no_grad():
         np.savez(directory / "parity.npz", obs=obs.numpy(), action=module(obs).numpy())
     hashes = {name: file_sha256(directory / name) for name in ("policy.onnx", "parity.npz")}
-    sidecar = Sidecar(
-        policy_kind="gaussian",
-        env_id="Pendulum-v1",
-        obs_dim=3,
-        action_dim=1,
-        action_low=[-2.0],
-        action_high=[2.0],
-        control_period=0.05,
-        files={"onnx": "policy.onnx"},
-        files_sha256=hashes,
-    )
+    sidecar = pendulum_sidecar(files_sha256=hashes)
     write_sidecar(directory, sidecar)
     return directory
 

@@ -9,9 +9,10 @@ import time
 
 import numpy as np
 import pytest
+from runtime_fakes import pendulum_sidecar
 
 from robopt.sim2real.robots import RobotInterface, parse_robot
-from robopt.sim2real.sidecar import DeployError, Sidecar
+from robopt.sim2real.sidecar import DeployError
 from robopt.sim2real.simrobot import SimRobot
 
 PERIOD = 0.05
@@ -101,16 +102,7 @@ def test_realtime_robot_steps_in_its_own_thread():
         robot.step_sync()
 
 
-SIDECAR = Sidecar(
-    policy_kind="gaussian",
-    env_id="Pendulum-v1",
-    obs_dim=3,
-    action_dim=1,
-    action_low=[-2.0],
-    action_high=[2.0],
-    control_period=PERIOD,
-    files={"onnx": "policy.onnx"},
-)
+SIDECAR = pendulum_sidecar(PERIOD)
 
 
 def test_parse_robot_sim_spec():

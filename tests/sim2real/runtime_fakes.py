@@ -1,0 +1,80 @@
+"""Fakes shared by the sim-to-real tests: a constant policy, a scripted robot, sidecars, a safety layer, polling."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from robopt.sim2real.runtime import SafetyLayer
+from robopt.sim2real.sidecar import Sidecar
+
+LOW, HIGH = np.array([-1.0, -2.0]), np.array([1.0, 2.0])
+
+
+def constant(value):
+    """A fake policy: the same action whatever the observation; it records what it was given."""
+
+    def policy(obs):
+        policy.seen.append(np.array(obs))
+        return np.array(value, dtype=np.float64)
+
+    policy.seen = []
+    return policy
+
+
+def layer(policy=None, **kwargs) -> SafetyLayer:
+    kwargs.setdefault("stale_timeout", 0.25)
+    return SafetyLayer(policy or constant([0.5, -0.5]), 3, LOW, HIGH, **kwargs)
+
+
+GOOD = np.array([0.1, 0.2, 0.3])
+
+
+def sidecar_for(obs_dim=3, action_dim=2, period=0.01, **kwargs) -> Sidecar:
+    return Sidecar(
+        policy_kind="gaussian",
+        env_id="fake",
+        obs_dim=obs_dim,
+        action_dim=action_dim,
+        action_low=[-1.0] * action_dim,
+        action_high=[1.0] * action_dim,
+        control_period=period,
+        files={"onnx": "policy.onnx"},
+        **kwargs,
+    )
+
+
+class ScriptedRobot:
+    """A fake robot: ``read`` replays a script of (obs, time) (or raises what the script holds)."""
+
+    def __init__(self, script, obs_dim=3, action_dim=2):
+        self.obs_dim, self.action_dim, self.script = obs_dim, action_dim, list(script)
+        self.counters, self.episode_returns, self.sent, self.closed = {"dropped": 0}, [], [], False
+
+    def read(self):
+        item = self.script.pop(0) if self.script else (GOOD, 0.0)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def send(self, action):
+        self.sent.append(np.array(action))
+
+    def close(self):
+        self.closed = True
+
+
+def pendulum_sidecar(period: float = 0.05, **kwargs) -> Sidecar:
+    """The sidecar of a Pendulum-v1 policy (D = 3, A = 1, torque in [-2, 2]) with an ONNX model."""
+    return Sidecar(policy_kind="gaussian", env_id="Pendulum-v1", obs_dim=3, action_dim=1, action_low=[-2.0],
+                   action_high=[2.0], control_period=period, files={"onnx": "policy.onnx"}, **kwargs)  # fmt: skip
+
+
+def wait_until(condition, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.002)
+    return condition()
