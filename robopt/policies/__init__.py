@@ -1,4 +1,4 @@
-"""Policies (Gaussian, flow; diffusion later) and critics, with an explicit registry of policy kinds.
+"""Policies (Gaussian, flow, diffusion) and critics, with an explicit registry of policy kinds.
 
 ``POLICIES`` maps ``policy.name`` to a ``PolicySpec``: the kind's config dataclass (registered with
 ``robopt.config`` so ``policy.name: flow`` reads the flow fields) and ``build(policy_config, env) -> policy``.
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from robopt.config import PolicyConfig, register_policy_config
 from robopt.policies.critics import ValueCritic
+from robopt.policies.diffusion import DiffusionPolicy, DiffusionPolicyConfig, build_diffusion_policy
 from robopt.policies.flow import FlowPolicy, FlowPolicyConfig, build_flow_policy
 from robopt.policies.gaussian import GaussianPolicy
 
@@ -40,5 +41,16 @@ def register_policy(name: str, spec: PolicySpec) -> None:
 
 register_policy("gaussian", PolicySpec(PolicyConfig, build_gaussian_policy, "diagonal Gaussian (optionally squashed)"))
 register_policy("flow", PolicySpec(FlowPolicyConfig, build_flow_policy, "flow matching, integrated from noise"))
+register_policy(
+    "diffusion", PolicySpec(DiffusionPolicyConfig, build_diffusion_policy, "DDPM denoising chain (DPPO-ready)")
+)
 
-__all__ = ["POLICIES", "FlowPolicy", "GaussianPolicy", "PolicySpec", "ValueCritic", "register_policy"]
+__all__ = [
+    "POLICIES",
+    "DiffusionPolicy",
+    "FlowPolicy",
+    "GaussianPolicy",
+    "PolicySpec",
+    "ValueCritic",
+    "register_policy",
+]
