@@ -101,6 +101,9 @@ def record_video(
     task's camera from ``robopt.envs.render`` (the robot's tracking camera for locomotion). ``progress`` shows
     frames rendered on stderr (software rendering on a CPU-only machine: 0.05-0.15 s per 640x480 frame).
     Without a display, set ``MUJOCO_GL=egl`` (or ``osmesa``) before ``mujoco`` is first imported.
+    A policy acting in chunks of H > 1 actions (``policy.horizon``) has each deterministic chunk played one action
+    per step (one frame per step of the task, ``max_steps`` counting those steps), on the inner env of its
+    ``ActionChunkEnv`` or the Gymnasium env.
     """
     if max_steps < 0:
         raise ConfigError(f"video max_steps must be at least 0, got {max_steps}")
@@ -111,12 +114,16 @@ def record_video(
         raise ConfigError(f"video needs a MuJoCo task; {config.env.id} is a torch-native task without a renderer")
     config = video_config(config)
     _, policy = load_policy(run_dir, config)
+    horizon = getattr(config.policy, "horizon", 1)  # actions per decision (build_env chunks the env when > 1)
     if config.env.backend == "gymnasium":
         env = _make_gymnasium_render_env(config, width, height)
-        frames, default_fps = _gymnasium_frames(env, policy, seed, max_steps), int(env.metadata.get("render_fps", 30))
+        frames = _gymnasium_frames(env, policy, seed, max_steps, horizon)
+        default_fps = int(env.metadata.get("render_fps", 30))
     else:
         env = build_env(config, num_envs=1)
-        frames, default_fps = _native_frames(env, policy, seed, max_steps, width, height), round(1.0 / env.dt)
+        inner = env.inner if horizon > 1 else env  # the ActionChunkEnv's task env: its physics, one action a step
+        frames = _native_frames(inner, policy, seed, max_steps, width, height, horizon)
+        default_fps = round(1.0 / inner.dt)
     try:
         return _write_video(Path(path), frames, fps or default_fps, max_steps + 1, progress)
     finally:
@@ -162,41 +169,55 @@ def _make_gymnasium_render_env(config: ExperimentConfig, width: int, height: int
 
 
 def _deterministic_action(policy, obs: torch.Tensor) -> torch.Tensor:
-    """The policy's mean action for obs [1, D], clipped to its bounds: [1, A]."""
+    """The policy's mean action for obs [1, D], clipped to its bounds: [1, A] (a chunk: [1, H * A])."""
     action, _ = policy.act(obs, deterministic=True)
     return torch.maximum(torch.minimum(action, policy.action_high), policy.action_low)
 
 
-def _gymnasium_frames(env, policy, seed: int, max_steps: int) -> Iterator[np.ndarray]:
-    """Frames [H, W, 3] of one Gymnasium episode: the reset state, then one after each step."""
+def _deterministic_chunk(policy, obs: torch.Tensor, horizon: int) -> torch.Tensor:
+    """The clipped deterministic chunk for obs [1, D] as its H actions in order: [H, 1, A] (row-major chunk)."""
+    chunk = _deterministic_action(policy, obs)  # [1, H * A]
+    return chunk.reshape(1, horizon, -1).transpose(0, 1)  # step h is chunk[:, h * A:(h + 1) * A]
+
+
+def _gymnasium_frames(env, policy, seed: int, max_steps: int, horizon: int = 1) -> Iterator[np.ndarray]:
+    """Frames [H, W, 3] of one Gymnasium episode: the reset state, then one after each step (each chunk action)."""
     obs, _ = env.reset(seed=seed)
     yield env.render()
     device = policy.action_low.device
-    for _ in range(max_steps):
+    steps = 0
+    while steps < max_steps:
         obs = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(1, -1)  # [1, D]
-        action = _deterministic_action(policy, obs)[0].cpu().numpy()  # [A]
-        obs, _, terminated, truncated, _ = env.step(action)
-        yield env.render()
-        if terminated or truncated:
-            return
+        for action in _deterministic_chunk(policy, obs, horizon)[: max_steps - steps]:  # [1, A] each
+            obs, _, terminated, truncated, _ = env.step(action[0].cpu().numpy())
+            steps += 1
+            yield env.render()
+            if terminated or truncated:
+                return
 
 
-def _native_frames(env, policy, seed: int, max_steps: int, width: int, height: int) -> Iterator[np.ndarray]:
-    """Frames [H, W, 3] of row 0's first episode: the reset state, then one after each step.
+def _native_frames(
+    env, policy, seed: int, max_steps: int, width: int, height: int, horizon: int = 1
+) -> Iterator[np.ndarray]:
+    """Frames [H, W, 3] of row 0's first episode: the reset state, then one after each step (each chunk action).
 
-    The env resets a row inside the step that ends its episode, so that step's state is gone by the time it
-    could be drawn: the video stops one frame before a Gymnasium one would.
+    ``env`` is the task env itself (an ActionChunkEnv's ``inner``), stepped one action [1, A] at a time. The env
+    resets a row inside the step that ends its episode, so that step's state is gone by the time it could be
+    drawn: the video stops one frame before a Gymnasium one would.
     """
     renderer = NativeRowRenderer(env, row=0, width=width, height=height)
     try:
         obs = env.reset(seed=seed)  # [1, D]
         yield renderer.render()
-        for _ in range(max_steps):
-            action = _deterministic_action(policy, obs.to(policy.action_low.device)).to(env.device)  # [1, A]
-            obs, _, terminated, truncated, _ = env.step(action)
-            if bool(terminated[0] | truncated[0]):
-                return
-            yield renderer.render()
+        steps = 0
+        while steps < max_steps:
+            chunk = _deterministic_chunk(policy, obs.to(policy.action_low.device), horizon).to(env.device)
+            for action in chunk[: max_steps - steps]:  # [1, A] each
+                obs, _, terminated, truncated, _ = env.step(action)
+                steps += 1
+                if bool(terminated[0] | truncated[0]):
+                    return
+                yield renderer.render()
     finally:
         renderer.close()
 

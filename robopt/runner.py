@@ -38,14 +38,30 @@ def available_device(name: str) -> torch.device:
 
 
 def build_env(config: ExperimentConfig, num_envs: int | None = None, **extra):
-    """The VecEnv of a config; env construction errors become one-line ConfigErrors."""
+    """The VecEnv of a config; env construction errors become one-line ConfigErrors.
+
+    A policy acting in chunks of H > 1 actions (``policy.horizon``, diffusion) gets the env wrapped in
+    ``robopt.envs.chunking.ActionChunkEnv``: one decision steps the env H times.
+    """
     try:
-        return make_env(
+        env = make_env(
             config.env.id, num_envs or config.env.num_envs, backend=config.env.backend, device=config.device,
             **{**config.env.kwargs, **extra},
         )  # fmt: skip
     except (ValueError, TypeError) as error:
         raise ConfigError(f"env.id={config.env.id!r}: {error}") from None
+    horizon = getattr(config.policy, "horizon", 1)
+    if horizon == 1:
+        return env
+    from robopt.envs.chunking import ActionChunkEnv
+
+    if hasattr(env, "compute_reward"):
+        env.close()
+        raise ConfigError(
+            f"policy.horizon={horizon}: action chunks are not supported on goal tasks ({config.env.id}: hindsight "
+            "relabelling assumes one action per transition); use policy.horizon=1"
+        )
+    return ActionChunkEnv(env, horizon)
 
 
 def build_policy(config: ExperimentConfig, env) -> torch.nn.Module:
@@ -120,9 +136,10 @@ def build_loop(config: ExperimentConfig, initialize: bool = False):
             return spec.build(config.algo, env, policy, seed=config.seed, env_id=config.env.id)
         critic = build_critic(config, env)
         algorithm = spec.build(config.algo, policy, critic)
+        frozen_statistics = bool(config.init_from) and config.init_normalizer == "frozen"
         return OnPolicyLoop(
             env, policy, critic, algorithm, config.rollout, seed=config.seed, critic_warmup=config.critic_warmup,
-            privileged=config.critic.privileged,
+            privileged=config.critic.privileged, update_policy_normalizer=not frozen_statistics,
         )  # fmt: skip
     except BaseException:
         env.close()

@@ -1,13 +1,15 @@
 """Behaviour cloning from a Minari dataset: the ``pretrain`` loop (``algo.name: bc``).
 
-Shapes: M transitions, B minibatch, D obs dim, A action dim.
+Shapes: M transitions, B minibatch, D obs dim, A action dim, H action-chunk length.
 
 The policy's own ``imitation_loss(obs, action) -> [B]`` is minimized (Gaussian: negative log-likelihood; flow:
-the conditional flow-matching loss), so one loop serves every policy kind that implements ``SupportsImitation``.
-The observation normalizer is fitted on the training split once, before the first step, and stays fixed. Whole
-episodes are held out for validation (transitions of one episode are correlated, so a split by transition would
-flatter the validation loss). Early stopping keeps the weights of the best validation epoch and restores them
-when training stops, by patience or at the last epoch.
+the conditional flow-matching loss; diffusion: noise regression), so one loop serves every policy kind that
+implements ``SupportsImitation``. The observation normalizer is fitted on the training split once, before the
+first step, and stays fixed. Whole episodes are held out for validation (transitions of one episode are
+correlated, so a split by transition would flatter the validation loss). Early stopping keeps the weights of the
+best validation epoch and restores them when training stops, by patience or at the last epoch. A policy that
+acts in chunks of H actions (``policy.horizon``) clones each transition's actions t .. t + H - 1
+(``chunk_actions``).
 
 The loop exposes what the runner drives on every kind (``iteration``, ``state_dict``, ``load_state_dict``,
 ``iteration_count``, ``env_steps``, ``steps_per_iteration``), with an iteration being one epoch and the step
@@ -68,6 +70,23 @@ def split_episodes(episode_index: torch.Tensor, num_episodes: int, fraction: flo
     return ~validation_rows, validation_rows
 
 
+def chunk_actions(action: torch.Tensor, episode_index: torch.Tensor, horizon: int) -> torch.Tensor:
+    """[M, A] -> [M, H * A]: the demonstrated actions t .. t + H - 1 of each transition's own episode.
+
+    Transitions of an episode are consecutive (as datasets store them); a chunk running past its episode's
+    last step repeats that last action. ``horizon`` 1 returns ``action`` unchanged.
+    """
+    if horizon == 1:
+        return action
+    size = action.shape[0]
+    rows = torch.arange(size)
+    last = torch.ones(size, dtype=torch.bool)  # the last transition of each episode
+    last[:-1] = episode_index[1:] != episode_index[:-1]
+    end = torch.flip(torch.cummin(torch.flip(torch.where(last, rows, size), (0,)), 0).values, (0,))  # [M]
+    index = torch.minimum(rows[:, None] + torch.arange(horizon), end[:, None])  # [M, H]
+    return action[index].reshape(size, -1)
+
+
 class BehaviorCloningLoop:
     """Epochs of minibatch ``imitation_loss`` steps on the training split, validated on held-out episodes."""
 
@@ -78,10 +97,11 @@ class BehaviorCloningLoop:
         if not config.dataset:
             raise ConfigError("algo.dataset is empty: name a Minari dataset (e.g. hopper/medium-v0) or its directory")
         demos = load_demonstrations(config.dataset, root=config.dataset_root or None)
-        check_compatible(demos, env_id or env.env_id, env.obs_dim, env.action_dim)
+        horizon = getattr(env, "horizon", 1)  # an action-chunk env (robopt.envs.chunking): H actions per decision
+        check_compatible(demos, env_id or env.env_id, env.obs_dim, env.action_dim // horizon)
         self.config, self.env, self.policy, self.demos = config, env, policy, demos
         device = next(policy.parameters()).device
-        obs, action = demos.obs.to(device), demos.action.to(device)
+        obs, action = demos.obs.to(device), chunk_actions(demos.action, demos.episode_index, horizon).to(device)
         train, validation = split_episodes(demos.episode_index, demos.num_episodes, config.validation_fraction, seed)
         self.train_obs, self.train_action = obs[train.to(device)], action[train.to(device)]
         self.val_obs, self.val_action = obs[validation.to(device)], action[validation.to(device)]

@@ -52,11 +52,18 @@ class OnPolicyLoop:
         seed: int = 0,
         critic_warmup: int = 0,
         privileged: bool = False,
+        update_policy_normalizer: bool = True,
     ) -> None:
         self.env, self.policy, self.critic, self.algorithm, self.rollout = env, policy, critic, algorithm, rollout
         self.critic_warmup = critic_warmup  # first iterations fit the critic only (a pretrained actor stays frozen)
+        if hasattr(policy, "freeze_base") and not bool(policy.base_frozen):
+            # diffusion: the first K - K' denoising steps keep the network RL starts from (its log_ratio covers
+            # only the last K'); a resumed run's checkpoint then loads its own frozen copy
+            policy.freeze_base()
         self._warmup_optimizer = None
         self.privileged = privileged
+        # False when fine-tuning a pretrained policy: its input statistics stay those it was trained under
+        self.update_policy_normalizer = update_policy_normalizer
         privileged_dim = env.privileged_dim if privileged else 0
         if privileged and privileged_dim < 1:
             raise ValueError(f"{env.env_id}: a privileged critic needs env.privileged_dim > 0, got {privileged_dim}")
@@ -70,7 +77,8 @@ class OnPolicyLoop:
 
     @property
     def steps_per_iteration(self) -> int:
-        return self.rollout.num_steps * self.env.num_envs
+        """Env steps per iteration: T x N decisions, each H env steps for an action-chunk env (H = ``horizon``)."""
+        return self.rollout.num_steps * self.env.num_envs * getattr(self.env, "horizon", 1)
 
     @torch.inference_mode()
     def collect(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,7 +158,8 @@ class OnPolicyLoop:
             if not math.isfinite(value):
                 raise NonFiniteError(f"iteration {self.iteration_count}: non-finite {name} ({value})")
         # The statistics a rollout was collected with are the ones its update saw; refresh them only now.
-        self.policy.normalizer.update(batch.obs)
+        if self.update_policy_normalizer:
+            self.policy.normalizer.update(batch.obs)
         self.critic.normalizer.update(batch.critic_input)
         if episode_return.numel() > 0:
             values["episode_return"] = float(episode_return.mean())

@@ -1,5 +1,9 @@
 """``robopt collect``: record a trained run's deterministic policy (or a scripted expert) as a Minari dataset.
 
+A policy acting in chunks of H > 1 actions (``policy.horizon``) is recorded one action per step: the inner env of
+its ``ActionChunkEnv`` is stepped with each action of the chunk in turn (see ``robopt.data.recording``), so the
+dataset holds per-step observations, actions [A] and rewards, as a horizon-1 policy's would.
+
 Every check that can fail (counts, dataset name, an existing dataset, Minari installed, run directory, expert id)
 runs before the first env step, so bad input costs nothing and writes nothing.
 """
@@ -59,13 +63,16 @@ def collect(
     dataset_id = normalize_dataset_id(out)
     check_can_write(dataset_id, root, force)
     require_minari()
+    horizon = 1
     if run_dir is not None:
-        env, act_fn, metadata = _from_run(Path(run_dir), num_envs)
+        env, act_fn, metadata, horizon = _from_run(Path(run_dir), num_envs)
     else:
         env, act_fn, metadata = _from_expert(expert, num_envs, seed)
     metadata.update(action_noise=action_noise, seed=seed, episodes=episodes)
     try:
-        recorded = record_episodes(env, act_fn, episodes, action_noise=action_noise, seed=seed, progress=progress)
+        recorded = record_episodes(
+            env, act_fn, episodes, action_noise=action_noise, seed=seed, progress=progress, horizon=horizon
+        )
         path = write_dataset(
             dataset_id, recorded, env.env_id, env.obs_dim, env.action_dim, env.action_low, env.action_high,
             root=root, force=force, metadata=metadata,
@@ -77,8 +84,9 @@ def collect(
     return CollectResult(path, len(recorded), transitions, float(returns.mean()), float(returns.std()))
 
 
-def _from_run(run_dir: Path, num_envs: int) -> tuple[object, Callable, dict]:
-    """The run's env (its own config, ``num_envs`` rows) and its policy's deterministic action."""
+def _from_run(run_dir: Path, num_envs: int) -> tuple[object, Callable, dict, int]:
+    """The run's per-step env (its own config, ``num_envs`` rows), its policy's deterministic action (a chunk
+    [N, H * A] when the policy acts in chunks) and metadata, and the chunk length H (1: one action per decision)."""
     from robopt.config import config_to_dict
     from robopt.evaluation import load_policy
     from robopt.runner import available_device, build_env, load_run_config
@@ -89,12 +97,18 @@ def _from_run(run_dir: Path, num_envs: int) -> tuple[object, Callable, dict]:
     config = dataclasses.replace(config, device=str(available_device(config.device)))  # a GPU run, collected on CPU
     config, policy = load_policy(run_dir, config)
     env = build_env(config, num_envs=num_envs)
+    horizon = getattr(config.policy, "horizon", 1)
+    if horizon > 1:  # build_env's ActionChunkEnv: record on its inner env, one action per step
+        env = env.inner
 
     def act(obs: torch.Tensor) -> torch.Tensor:
         return policy.act(obs, deterministic=True)[0]
 
     algorithm = str(config_to_dict(config).get("algo", {}).get("name", "robopt"))
-    return env, act, {"source": "run", "run_dir": str(run_dir), "algorithm_name": algorithm}
+    metadata = {"source": "run", "run_dir": str(run_dir), "algorithm_name": algorithm}
+    if horizon > 1:
+        metadata["policy_horizon"] = horizon
+    return env, act, metadata, horizon
 
 
 def _from_expert(env_id: str, num_envs: int, seed: int) -> tuple[object, Callable, dict]:

@@ -1,6 +1,11 @@
 """Recording whole episodes from a VecEnv with any action function, with optional Gaussian action noise.
 
-Shapes: N envs, T steps of one episode, D obs dim, A action dim.
+Shapes: N envs, T steps of one episode, D obs dim, A action dim, H action chunk.
+
+A policy acting in chunks (``horizon`` H > 1) is recorded one action per step: ``act_fn`` returns chunks
+[N, H * A] (row-major: step h is ``[:, h * A:(h + 1) * A]``, as ``robopt.envs.chunking.ActionChunkEnv`` executes
+them) and each row plays its chunk's actions in turn on the per-step env, asking for a new chunk after H steps or
+as soon as its episode ended, whichever comes first. Observations, actions and rewards are thus per step.
 """
 
 from __future__ import annotations
@@ -42,13 +47,16 @@ def record_episodes(
     action_noise: float = 0.0,
     seed: int = 0,
     progress: bool = True,
+    horizon: int = 1,
 ) -> list[Episode]:
     """Step ``env`` with ``act_fn(obs [N, D]) -> action [N, A]`` until exactly ``episodes`` episodes have ended.
 
-    Each action gets Gaussian noise of std ``action_noise * (high - low) / 2`` (drawn from a generator seeded
-    with ``seed``) and is then clipped to the action bounds; the clipped action is what the env receives and
-    what is stored. Episodes are kept in the order they end (rows ending at the same step: by row index); rows
-    ending after the count is reached, and episodes still running at the end, are dropped.
+    ``horizon`` H > 1: ``act_fn`` returns chunks [N, H * A], played one action a step (see the module doc); it is
+    called on every row whenever any row needs a new chunk, so it must act on each row independently of the others
+    (a deterministic policy does). Each action gets Gaussian noise of std ``action_noise * (high - low) / 2``
+    (drawn from a generator seeded with ``seed``) and is then clipped to the action bounds; the clipped action is
+    what the env receives and what is stored. Episodes are kept in the order they end (rows ending at the same
+    step: by row index); rows ending after the count is reached, and episodes still running at the end, are dropped.
     """
     if episodes < 1:
         raise ConfigError(f"episodes must be at least 1, got {episodes}")
@@ -59,20 +67,19 @@ def record_episodes(
         raise ConfigError(f"action noise needs finite action bounds; {env.env_id} has {low.tolist()}..{high.tolist()}")
     noise_std = action_noise * (high - low) / 2  # [A]
     generator = torch.Generator(device=env.device).manual_seed(seed)
+    player = _ChunkPlayer(act_fn, horizon, env)
     obs = env.reset(seed=seed)  # [N, D]
     rows = [_RowBuffer(o) for o in obs.cpu().numpy()]
     finished: list[Episode] = []
     with _episode_bar(episodes, progress) as update:
         while len(finished) < episodes:
-            action = torch.as_tensor(act_fn(obs), dtype=torch.float32, device=env.device)
-            if action.shape != (env.num_envs, env.action_dim):
-                raise ValueError(f"act_fn returned actions of shape {tuple(action.shape)}, expected "
-                                 f"[{env.num_envs}, {env.action_dim}]")  # fmt: skip
+            action = player.next_action(obs)  # [N, A]
             if action_noise > 0:
                 noise = torch.randn(action.shape, generator=generator, device=env.device)
                 action = action + noise_std * noise
             action = torch.maximum(torch.minimum(action, high), low)  # [N, A]
             obs, reward, terminated, truncated, info = env.step(action)
+            player.episodes_ended(terminated | truncated)
             arrays = [t.cpu().numpy() for t in (action, reward, terminated, truncated, obs, info["final_obs"])]
             action_np, reward_np, terminated_np, truncated_np, obs_np, final_obs_np = arrays
             for row, buffer in enumerate(rows):
@@ -85,6 +92,45 @@ def record_episodes(
                 rows[row] = _RowBuffer(obs_np[row])  # the env already reset this row: obs is the new episode's first
             update(len(finished))
     return finished
+
+
+class _ChunkPlayer:
+    """``act_fn``'s actions one step at a time: each row plays its chunk [H, A] and asks for a new one after H steps
+    or once its episode ended (``episodes_ended``). With H = 1, ``act_fn`` is called every step."""
+
+    def __init__(self, act_fn: Callable[[torch.Tensor], torch.Tensor], horizon: int, env) -> None:
+        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+            raise ConfigError(f"action horizon must be an integer >= 1, got {horizon!r}")
+        self.act_fn, self.horizon, self.env = act_fn, horizon, env
+        self.chunk: torch.Tensor | None = None  # [N, H, A]
+        self.index = torch.full((env.num_envs,), horizon, dtype=torch.int64, device=env.device)  # [N]: H = spent
+
+    def _ask(self, obs: torch.Tensor) -> torch.Tensor:
+        """act_fn(obs) checked: [N, H * A] float32 on the env's device."""
+        env, width = self.env, self.horizon * self.env.action_dim
+        action = torch.as_tensor(self.act_fn(obs), dtype=torch.float32, device=env.device)
+        if action.shape != (env.num_envs, width):
+            raise ValueError(f"act_fn returned actions of shape {tuple(action.shape)}, expected "
+                             f"[{env.num_envs}, {width}]")  # fmt: skip
+        return action
+
+    def next_action(self, obs: torch.Tensor) -> torch.Tensor:
+        """The action [N, A] of this step for obs [N, D]."""
+        if self.horizon == 1:
+            return self._ask(obs)
+        replan = self.index >= self.horizon  # [N]
+        if bool(replan.any()):
+            fresh = self._ask(obs).reshape(self.env.num_envs, self.horizon, self.env.action_dim)  # [N, H, A]
+            self.chunk = fresh if self.chunk is None else torch.where(replan[:, None, None], fresh, self.chunk)
+            self.index = torch.where(replan, torch.zeros_like(self.index), self.index)
+        action = self.chunk[torch.arange(self.env.num_envs, device=self.index.device), self.index]  # [N, A]
+        self.index = self.index + 1
+        return action
+
+    def episodes_ended(self, ended: torch.Tensor) -> None:
+        """Rows whose episode ended at this step [N] drop the rest of their chunk: the next step replans them."""
+        if self.horizon > 1:
+            self.index = torch.where(ended.to(self.index.device), torch.full_like(self.index, self.horizon), self.index)
 
 
 class _RowBuffer:

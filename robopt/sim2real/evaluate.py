@@ -175,6 +175,17 @@ class _OnnxActor:
         return torch.from_numpy(np.ascontiguousarray(action)).to(obs.device), {}
 
 
+class _FirstOfChunk:
+    """A chunked run policy (flat [N, H * A] actions) replanned every step, as an export's chunk is above."""
+
+    def __init__(self, policy, horizon: int) -> None:
+        self.policy, self.horizon = policy, horizon
+
+    def act(self, obs, deterministic: bool = True):
+        action, _ = self.policy.act(obs, deterministic=deterministic)
+        return action[:, : action.shape[1] // self.horizon], {}
+
+
 def native_twin(env_id: str) -> str:
     """``env_id`` itself when it is a native ``mujoco/<Task>``, else the native task reproducing it; ConfigError."""
     from robopt.envs.registry import NATIVE_TASKS, list_env_ids
@@ -215,7 +226,9 @@ def _load_source(source: Path):
         config = load_run_config(source)
         env_id = native_twin(config.env.id)
         _, policy = load_policy(source, replace(config, device=str(available_device(config.device))))
-        return "run", env_id, dict(config.env.kwargs), policy.cpu()
+        horizon = getattr(config.policy, "horizon", 1)
+        actor = policy.cpu() if horizon == 1 else _FirstOfChunk(policy.cpu(), horizon)
+        return "run", env_id, dict(config.env.kwargs), actor
     raise ConfigError(
         f"{str(source)!r} is neither a run directory (config.yaml) nor an export directory ({SIDECAR_NAME})"
     )

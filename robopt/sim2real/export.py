@@ -1,14 +1,20 @@
 """``robopt export``: a run's deterministic policy as ONNX and TorchScript files, checked against torch.
 
-Shapes: K parity observations, B batch, D obs dim, A action dim. The export directory (see ``sidecar``) holds
-    policy.onnx   input "obs" [B, D] float32 -> output "action" [B, A] float32, B dynamic
+Shapes: K parity observations, B batch, D obs dim, A action dim, H action chunk. The export directory (see
+``sidecar``) holds
+    policy.onnx   input "obs" [B, D] float32 -> output "action" [B, A] float32 ([B, H, A] when H > 1), B dynamic
     policy.pt     the same module traced with ``torch.jit.trace``
-    parity.npz    "obs" [K, D] float32: what the deterministic policy observed in the run's env; "action" [K, A]
-                  float32: the torch module's outputs on them (a deploy runtime re-checks its model against them)
+    parity.npz    "obs" [K, D] float32: what the deterministic policy observed in the run's env at its decisions;
+                  "action" [K, A] (or [K, H, A]) float32: the torch module's outputs on them (a deploy runtime
+                  re-checks its model against them)
     policy.json   the sidecar: dims, action bounds, control period, sha256 of every file above, the run's config
-The module is ``policy.export_module()`` (normalizer and action bounds folded in). Everything is written to a
-temporary directory, each model is reloaded from its file and compared with torch on the K observations (batched
-and one row at a time, max |difference| <= ``TOLERANCE``) and only then moved into the output directory.
+The module is ``policy.export_module()`` (normalizer and action bounds folded in). A policy acting in chunks of
+H > 1 actions (``policy.horizon``; its env is an ``ActionChunkEnv``) is exported through
+``robopt.sim2real.chunks.ChunkedExport`` as [B, H, A] with ``action_chunk = H`` and the per-step ``action_dim`` A,
+action bounds [A] and ``control_period`` of the inner env (one action per tick: the runtime plays the chunk).
+Everything is written to a temporary directory, each model is reloaded from its file and compared with torch on
+the K observations (batched and one row at a time, max |difference| <= ``TOLERANCE``) and only then moved into
+the output directory.
 """
 
 from __future__ import annotations
@@ -101,9 +107,17 @@ def onnx_session(path: Path, threads: int | None = None):
 
 
 def max_difference(call: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, reference: np.ndarray) -> float:
-    """Max |call(obs) - reference| over the whole batch [K, D] at once and over each row as a batch of one."""
-    batched = float(np.abs(call(obs) - reference).max())
-    rows = max(float(np.abs(call(obs[i : i + 1]) - reference[i : i + 1]).max()) for i in range(len(obs)))
+    """Max |call(obs) - reference| over the whole batch [K, D] at once and over each row as a batch of one.
+
+    An output whose shape is not the reference's ([K, A] or [K, H, A]) is infinitely far from it (no broadcasting).
+    """
+
+    def difference(x: np.ndarray, expected: np.ndarray) -> float:
+        got = np.asarray(call(x))
+        return float(np.abs(got - expected).max()) if got.shape == expected.shape else float("inf")
+
+    batched = difference(obs, reference)
+    rows = max(difference(obs[i : i + 1], reference[i : i + 1]) for i in range(len(obs)))
     return max(batched, rows)
 
 
@@ -220,6 +234,7 @@ def export_run(
 
     from robopt.config import config_to_dict
     from robopt.runner import build_env
+    from robopt.sim2real.chunks import ChunkedExport, step_env
 
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "export"
@@ -229,14 +244,17 @@ def export_run(
     _check_out_dir(out_dir, force)
     config, policy, module = load_exportable(run_dir)
     env = build_env(config, num_envs=1)
+    inner, horizon = step_env(env)  # what one action steps: the sidecar describes one control tick
     try:
         obs = record_observations(policy, env, parity_steps, seed=config.seed + 20_000)
-        period, (obs_low, obs_high) = control_period(env), _obs_bounds(env)
-        env_id, action_low, action_high = env.env_id, env.action_low.cpu().tolist(), env.action_high.cpu().tolist()
+        period, (obs_low, obs_high) = control_period(inner), _obs_bounds(inner)
+        env_id, action_low, action_high = inner.env_id, inner.action_low.tolist(), inner.action_high.tolist()
     finally:
         env.close()
+    if horizon > 1:
+        module = ChunkedExport(module, horizon, len(action_low)).eval()  # [B, H * A] -> [B, H, A]
     with torch.inference_mode():
-        reference = module(torch.from_numpy(obs)).numpy().astype(np.float32)  # [K, A]
+        reference = module(torch.from_numpy(obs)).numpy().astype(np.float32)  # [K, A] or [K, H, A]
     example = torch.from_numpy(obs[:1]).expand(4, -1).contiguous()  # batch 4: the batch axis stays dynamic
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
@@ -255,8 +273,8 @@ def export_run(
         np.savez(tmp / PARITY_NAME, obs=obs, action=reference)
         files = {fmt: FILE_NAMES[fmt] for fmt in formats}
         sidecar = Sidecar(
-            policy_kind=config.policy.name, env_id=env_id, obs_dim=obs.shape[1], action_dim=reference.shape[1],
-            action_low=action_low, action_high=action_high, control_period=period, files=files, action_chunk=1,
+            policy_kind=config.policy.name, env_id=env_id, obs_dim=obs.shape[1], action_dim=reference.shape[-1],
+            action_low=action_low, action_high=action_high, control_period=period, files=files, action_chunk=horizon,
             obs_low=obs_low, obs_high=obs_high,
             files_sha256={name: file_sha256(tmp / name) for name in [*files.values(), PARITY_NAME]},
             weights_sha256=weights_sha256(policy), robopt_version=importlib.metadata.version("robopt"),
