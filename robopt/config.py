@@ -102,13 +102,17 @@ class ExperimentConfig:
     device: str = option("cpu", "torch device for policy, storage and (native) simulation")
     torch_threads: int = option(0, "torch intra-op threads (0: auto, 1 on CPU where small networks gain nothing)")
     env: EnvConfig = option(EnvConfig(), "environment")
-    policy: Any = option(PolicyConfig(), "policy section; policy.name picks the kind (gaussian, flow)")
+    policy: Any = option(PolicyConfig(), "policy section; policy.name picks the kind (gaussian, flow, diffusion)")
     critic: CriticConfig = option(CriticConfig(), "value critic")
     rollout: RolloutConfig = option(RolloutConfig(), "on-policy rollout and advantage estimation")
     algo: Any = option(None, "algorithm section; algo.name picks the algorithm")
     log: LogConfig = option(LogConfig(), "logging and checkpoints")
     init_from: str = option("", "start from this run directory's policy (weights and normalizer; e.g. a BC run)")
     critic_warmup: int = option(0, "with init_from: iterations that fit the fresh critic with the actor frozen")
+    init_normalizer: str = option(
+        "frozen", "with init_from: keep the pretrained policy's observation statistics 'frozen' (those it was "
+        "trained under) or 'update' them from the rollouts as a fresh run does", ("frozen", "update"),
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.critic_warmup < 0:

@@ -42,6 +42,10 @@ from robopt.algorithms.fpo import FPOConfig, build_fpo  # noqa: E402
 
 register_algorithm("fpo", AlgorithmSpec(FPOConfig, build_fpo, "on_policy", "FPO: PPO with a flow policy's CFM ratio"))
 
+from robopt.algorithms.dppo import DPPO, DPPOConfig  # noqa: E402
+
+register_algorithm("dppo", AlgorithmSpec(DPPOConfig, DPPO, "on_policy", "DPPO: PPO over a diffusion chain's steps"))
+
 from robopt.algorithms.bc import BCConfig, BehaviorCloningLoop  # noqa: E402
 
 register_algorithm("bc", AlgorithmSpec(BCConfig, BehaviorCloningLoop, "pretrain", "behaviour cloning from a dataset"))

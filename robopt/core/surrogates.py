@@ -216,6 +216,7 @@ def surrogate(
     mask: torch.Tensor | None = None,
     kl: torch.Tensor | None = None,
     with_metrics: bool = True,
+    clip_range: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The surrogate loss of the PPO/TRPO family under ``control`` (see the module table), negated to minimize.
 
@@ -230,6 +231,9 @@ def surrogate(
             samples from pi_old.
         with_metrics: False skips every diagnostic, the clip mask included (a training loop's inner minibatches
             need only the loss); metrics is then empty.
+        clip_range: optional per-entry eps (broadcastable to [B, K]) for ``clip``, ``clip_asymmetric`` and
+            ``dual_clip``, replacing ``control.clip_low`` and ``clip_high`` (a symmetric band): DPPO's clip range
+            that follows the denoising step.
 
     Returns:
         (loss, metrics): metrics hold approx_kl, ratio_mean_abs_dev, ratio_max and control-specific entries.
@@ -240,8 +244,9 @@ def surrogate(
     if name == "plain":
         return _finish(ratio * advantage, log_ratio, weight, mask, with_metrics=with_metrics)
     if name in ("clip", "clip_asymmetric", "dual_clip"):
-        clip_high = control.clip_low if control.clip_high is None else control.clip_high
-        objective, clipped = _clip_objective(ratio, advantage, control.clip_low, clip_high, with_metrics)
+        clip_low = control.clip_low if clip_range is None else clip_range
+        clip_high = clip_low if control.clip_high is None or clip_range is not None else control.clip_high
+        objective, clipped = _clip_objective(ratio, advantage, clip_low, clip_high, with_metrics)
         if name != "dual_clip":
             return _finish(objective, log_ratio, weight, mask, clipped, with_metrics)
         # Dual clip (Ye et al. 2020, eq. 5): for A < 0, max(min(rA, clip(r)A), cA) bounds the loss of huge r.

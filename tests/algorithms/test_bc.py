@@ -123,6 +123,22 @@ def test_init_from_loads_policy_and_critic_warmup_freezes_the_actor(tmp_path, da
     assert not all(torch.equal(c, p) for c, p in zip(critic, loop.critic.parameters()))
     loop.iteration(0.0)  # the third iteration is FPO's: the actor moves
     assert not all(torch.equal(a, p) for a, p in zip(actor, loop.policy.parameters()))
+    # the cloned policy's observation statistics stay the dataset's (init_normalizer: frozen, the default)
+    assert torch.equal(loop.policy.normalizer.mean, bc_policy["normalizer.mean"])
+    loop.env.close()
+
+
+def test_init_normalizer_update_merges_the_rollouts_statistics(tmp_path, dataset_root):
+    bc = train(bc_config(tmp_path, dataset_root, "gaussian", epochs=1))
+    bc_count = load_checkpoint(bc.run_dir / LAST_CHECKPOINT)["loop"]["policy"]["normalizer.count"]
+    config = build_dataclass(ExperimentConfig, {
+        "env": {"id": "robopt/MultiGoal", "num_envs": 8}, "policy": {"name": "gaussian", "hidden": [64, 64]},
+        "rollout": {"num_steps": 16}, "algo": {"name": "ppo", "epochs": 1, "minibatch_size": 64},
+        "init_from": str(bc.run_dir), "init_normalizer": "update",
+    })  # fmt: skip
+    loop = build_loop(config, initialize=True)
+    loop.iteration(0.0)
+    assert float(loop.policy.normalizer.count) == float(bc_count) + 8 * 16
     loop.env.close()
 
 
