@@ -1,7 +1,9 @@
-"""Batch-1 CPU latency of the exported flow policy per integration step count, beside the Gaussian policy.
+"""Batch-1 CPU latency of the exported flow and diffusion policies per step count, beside the Gaussian policy.
 
 For each --steps value the flow policy's ``export_module()`` (x_0 = 0, unrolled integrator, normalizer and
-clipping folded in) is timed one observation [1, D] at a time through three runtimes:
+clipping folded in), and for each --ddim-steps value the diffusion policy's (x_K = 0, unrolled deterministic DDIM
+over --denoising-steps training steps, normalizer and clipping folded in), is timed one observation [1, D] at a
+time through three runtimes:
     eager       : the module under ``torch.inference_mode()``
     torchscript : ``torch.jit.trace`` then ``torch.jit.freeze`` (and ``optimize_for_inference`` with --optimize)
     onnxruntime : ``torch.onnx.export(..., dynamo=True)`` with a dynamic batch axis, one ``InferenceSession``
@@ -10,12 +12,15 @@ and the Gaussian policy's export (one MLP pass) is the reference row. After --wa
 --repeats calls are timed one by one; the runners take turns in 10 rounds so load from other processes on a
 shared machine hits every row alike. Printed per row: median and p90 microseconds per call, the median as a
 multiple of the Gaussian's on the same runtime, and the largest |action - eager action| on random inputs.
+--policies picks the generative kinds timed (default both; the Gaussian row is always there).
 
-Random policies of --obs-dim, --action-dim and --hidden widths by default (HalfCheetah sizes); --run-dir
-times a trained run's policy instead (``robopt.evaluation.load_policy``; the other kind stays random, of the
-same sizes).
+Random policies of --obs-dim, --action-dim and --hidden widths by default (HalfCheetah sizes): the flow's
+velocity MLP, the diffusion policy's noise-predictor MLP (action chunk H = 1) and the Gaussian's mean MLP all
+have the --hidden widths; the header states them with parameter counts. --run-dir times a trained run's policy
+instead (``robopt.evaluation.load_policy``; the other kinds stay random, of the same sizes).
 
-    .venv/bin/python benchmarks/flow_latency.py --steps 1 5 10 --repeats 5000 --threads 1
+    .venv/bin/python benchmarks/flow_latency.py --steps 1 5 10 --ddim-steps 5 10 --repeats 5000 --threads 1
+    .venv/bin/python benchmarks/flow_latency.py --policies diffusion --ddim-steps 5 10 --denoising-steps 20
     .venv/bin/python benchmarks/flow_latency.py --obs-dim 17 --action-dim 6 --hidden 64 64 --integrator heun
     .venv/bin/python benchmarks/flow_latency.py --run-dir runs/fpo_pendulum/<timestamp> --steps 1 5 10
 """
@@ -33,11 +38,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robopt.policies import FlowPolicy, GaussianPolicy
+from robopt.policies import DiffusionPolicy, FlowPolicy, GaussianPolicy
+from robopt.policies.diffusion import DiffusionPolicyConfig
 from robopt.policies.flow import INTEGRATORS, FlowPolicyConfig
 from robopt.sim2real.export import export_onnx, quiet  # the exporters, silenced
 
 ROUNDS = 10
+KINDS = ("flow", "diffusion")
 
 
 def with_steps(policy: FlowPolicy, steps: int, integrator: str | None) -> FlowPolicy:
@@ -48,8 +55,21 @@ def with_steps(policy: FlowPolicy, steps: int, integrator: str | None) -> FlowPo
     return copy.eval()
 
 
-def policies(args) -> tuple[FlowPolicy, GaussianPolicy, str]:
-    """The flow and Gaussian policies to time, and a line saying where they come from."""
+def with_ddim_steps(policy: DiffusionPolicy, steps: int) -> DiffusionPolicy:
+    """A copy of ``policy`` (weights, normalizer, frozen base) whose deterministic path runs ``steps`` DDIM steps."""
+    config = dataclasses.replace(policy.config, ddim_steps=steps)
+    copy = DiffusionPolicy(policy.obs_dim, policy.action_dim, policy.action_low, policy.action_high, config)
+    ddim = {name: table for name, table in copy.state_dict().items() if name.startswith("ddim_")}  # [steps] tables
+    copy.load_state_dict({**policy.state_dict(), **ddim})
+    return copy.eval()
+
+
+def parameters(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def policies(args) -> tuple[FlowPolicy, DiffusionPolicy, GaussianPolicy, str]:
+    """The flow, diffusion and Gaussian policies to time, and a line saying where they come from."""
     obs_dim, action_dim, hidden = args.obs_dim, args.action_dim, tuple(args.hidden)
     loaded, source = None, f"random policies: obs {obs_dim}, action {action_dim}, hidden {list(hidden)}"
     if args.run_dir is not None:
@@ -63,11 +83,35 @@ def policies(args) -> tuple[FlowPolicy, GaussianPolicy, str]:
         flow = loaded
     else:
         flow = FlowPolicy(obs_dim, action_dim, low, high, FlowPolicyConfig(hidden=hidden, output_scale=1.0))
+    if isinstance(loaded, DiffusionPolicy):
+        diffusion = loaded
+    else:
+        config = DiffusionPolicyConfig(hidden=hidden, denoising_steps=args.denoising_steps, output_scale=1.0)
+        diffusion = DiffusionPolicy(obs_dim, action_dim, low, high, config)
     gaussian = loaded if isinstance(loaded, GaussianPolicy) else GaussianPolicy(obs_dim, action_dim, low, high, hidden)
-    for policy in (flow, gaussian):
+    for policy in (flow, diffusion, gaussian):
         if policy is not loaded:  # random statistics, so the normalizer is not an identity
             policy.normalizer.update(torch.randn(1000, obs_dim) * 2 + 0.5)
-    return flow, gaussian.eval(), source
+    return flow, diffusion, gaussian.eval(), source
+
+
+def sizes(flow: FlowPolicy, diffusion: DiffusionPolicy, gaussian: GaussianPolicy, kinds: list[str]) -> str:
+    """The networks' sizes for the header: hidden widths, embedding width E, K and parameter counts."""
+
+    def network(module: torch.nn.Module) -> str:
+        widths = [layer.out_features for layer in module.modules() if isinstance(layer, torch.nn.Linear)][:-1]
+        return f"MLP {widths}" if widths else type(module).__name__
+
+    parts = []
+    if "flow" in kinds:
+        velocity, e = flow.velocity, flow.config.time_embedding
+        parts.append(f"flow velocity {network(velocity)}, E {e} ({parameters(velocity)} params)")
+    if "diffusion" in kinds:
+        denoiser, c = diffusion.denoiser, diffusion.config
+        parts.append(f"diffusion noise {network(denoiser.net)}, E {c.time_embedding}, K {c.denoising_steps}, "
+                     f"H {c.horizon} ({parameters(denoiser)} params)")  # fmt: skip
+    parts.append(f"gaussian mean {network(gaussian.mean_net)} ({parameters(gaussian.mean_net)} params)")
+    return "; ".join(parts)
 
 
 Runner = tuple[Callable[[], object], Callable[[torch.Tensor], torch.Tensor]]  # (timed call on obs, any obs)
@@ -137,8 +181,11 @@ def time_runners(runners: dict[str, Callable[[], object]], repeats: int, warmup:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, nargs="+", default=[1, 5, 10], help="integration steps to time")
+    parser.add_argument("--policies", nargs="+", choices=KINDS, default=list(KINDS), help="kinds timed (+ gaussian)")
+    parser.add_argument("--steps", type=int, nargs="+", default=[1, 5, 10], help="flow: integration steps to time")
     parser.add_argument("--integrator", choices=INTEGRATORS, default=None, help="default: the policy's (euler)")
+    parser.add_argument("--ddim-steps", type=int, nargs="+", default=[5, 10], help="diffusion: DDIM steps to time")
+    parser.add_argument("--denoising-steps", type=int, default=20, help="diffusion: K, DDPM training steps (random)")
     parser.add_argument("--obs-dim", type=int, default=17)
     parser.add_argument("--action-dim", type=int, default=6)
     parser.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
@@ -148,14 +195,20 @@ def main() -> None:
     parser.add_argument("--optimize", action="store_true", help="torch.jit.optimize_for_inference after freeze")
     parser.add_argument("--run-dir", type=Path, default=None, help="time this run's policy instead of a random one")
     args = parser.parse_args()
-    if min(args.steps) < 1 or args.repeats < 1 or args.threads < 1:
-        parser.error("--steps, --repeats and --threads must be >= 1")
+    if min(args.steps + args.ddim_steps) < 1 or args.repeats < 1 or args.threads < 1:
+        parser.error("--steps, --ddim-steps, --repeats and --threads must be >= 1")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    flow, gaussian, source = policies(args)
     has_onnx = all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript", "onnxruntime"))
-
-    rows = [(f"flow {steps}", with_steps(flow, steps, args.integrator).export_module().eval()) for steps in args.steps]
+    try:  # a bad size or step count (ddim steps > K), or an unusable --run-dir: one line, no traceback
+        flow, diffusion, gaussian, source = policies(args)
+        rows = []
+        if "flow" in args.policies:
+            rows += [(f"flow {n}", with_steps(flow, n, args.integrator).export_module().eval()) for n in args.steps]
+        if "diffusion" in args.policies:
+            rows += [(f"diffusion {n}", with_ddim_steps(diffusion, n).export_module()) for n in args.ddim_steps]
+    except ValueError as error:
+        parser.error(str(error))
     rows.append(("gaussian", gaussian.export_module().eval()))
     obs = torch.randn(1, flow.obs_dim)
     inputs = torch.randn(16, flow.obs_dim) * 2  # parity of each runtime with eager, one row at a time
@@ -171,19 +224,20 @@ def main() -> None:
                 differences[(label, kind)] = max_difference(call, module, inputs)
         timings = time_runners(runners, args.repeats, args.warmup)
 
-    integrator = args.integrator or flow.config.integrator
-    print(f"{source}; integrator {integrator}; threads {args.threads}; {args.repeats} calls per row after "
+    integrator = f"integrator {args.integrator or flow.config.integrator}; " if "flow" in args.policies else ""
+    print(f"{source}; {integrator}threads {args.threads}; {args.repeats} calls per row after "
           f"{args.warmup} warm-up; torch {torch.__version__}")  # fmt: skip
+    print(f"networks: {sizes(flow, diffusion, gaussian, args.policies)}")
     if not has_onnx:
         print("onnxruntime rows skipped: pip install 'robopt[export]'")
-    header = f"{'policy':<10} {'runtime':<12} {'median us':>10} {'p90 us':>10} {'x gaussian':>11} {'max |diff|':>11}"
+    header = f"{'policy':<12} {'runtime':<12} {'median us':>10} {'p90 us':>10} {'x gaussian':>11} {'max |diff|':>11}"
     print(header)
     print("-" * len(header))
     for (label, kind), micros in timings.items():
         median = float(np.median(micros))
         reference = float(np.median(timings[("gaussian", kind)]))
         print(
-            f"{label:<10} {kind:<12} {median:>10.1f} {float(np.percentile(micros, 90)):>10.1f} "
+            f"{label:<12} {kind:<12} {median:>10.1f} {float(np.percentile(micros, 90)):>10.1f} "
             f"{median / reference:>11.2f} {differences[(label, kind)]:>11.1e}"
         )
 

@@ -264,7 +264,8 @@ class DiffusionPolicy(nn.Module):
         return log_prob.unsqueeze(-1), mean.unsqueeze(1)  # [b, 1], [b, 1, X]
 
     def log_ratio(self, obs: torch.Tensor, action: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Per-step log pi_new - log pi_old: [B, K'] (full chains) or [b, 1] (``pair_info`` rows); 0 after acting."""
+        """Per-step log pi_new - log pi_old: [B, K'] (full chains, exactly 0 after acting) or [b, 1] (``pair_info``
+        rows: 0 up to float rounding, the recomputation batching the rows differently)."""
         return self._new_log_prob(obs, info)[0] - info["log_prob"]
 
     def kl(self, obs: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:

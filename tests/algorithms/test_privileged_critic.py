@@ -190,7 +190,7 @@ def test_resume_with_a_privileged_critic_is_exact_and_eval_runs(tmp_path):
         ),
         (
             {"algo": {"name": "sac"}, "policy": {"hidden": [16], "state_dependent_std": True, "squash": True}},
-            "critic.privileged=true is for the value critic of the on-policy algorithms (fpo, ppo, trpo), "
+            "critic.privileged=true is for the value critic of the on-policy algorithms (dppo, fpo, ppo, trpo), "
             "not algo.name=sac",
         ),
     ],

@@ -1,0 +1,108 @@
+"""Shared steps of the fine-tuning benchmarks: behaviour cloning, then RL fine-tuning from it, per policy kind.
+
+``finetune_hopper.py`` and ``finetune_multimodal.py`` run, for each seed and each of
+
+- ``gaussian``: BC of a Gaussian policy, fine-tuned by PPO;
+- ``flow``: BC of a flow policy, fine-tuned by FPO;
+- ``diffusion``: BC of a diffusion policy, fine-tuned by DPPO;
+
+one BC run on the same dataset and one fine-tuning run (``init_from`` the BC run) with the same env-step budget,
+and evaluate both on fresh episodes (one per env row), deterministic and stochastic. Runs go one at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from robopt.config import load_config
+from robopt.runner import train
+
+MODES = ("deterministic", "stochastic")
+
+
+@torch.no_grad()
+def run_episodes(policy, env, seed: int, deterministic: bool) -> tuple[list[float], list[int]]:
+    """One episode per env row: returns [N] and the goal reached at the end per row (-1 if none or no goals)."""
+    obs = env.reset(seed=seed)
+    torch.manual_seed(seed)  # the stochastic policy's draws
+    returns = torch.full((env.num_envs,), float("nan"))
+    reached = torch.full((env.num_envs,), -1, dtype=torch.int64)
+    finished = torch.zeros(env.num_envs, dtype=torch.bool)
+    while not bool(finished.all()):
+        action, _ = policy.act(obs, deterministic=deterministic)
+        action = torch.maximum(torch.minimum(action, env.action_high), env.action_low)
+        obs, _, terminated, truncated, info = env.step(action)
+        first = (terminated | truncated).cpu() & ~finished
+        returns[first] = info["episode_return"].cpu().float()[first]
+        if "reached_goal" in info:
+            reached[first] = info["reached_goal"].cpu()[first]
+        finished |= first
+    return returns.tolist(), reached.tolist()
+
+
+def evaluate(run_dir: Path, episodes: int, seed: int, figures) -> dict:
+    """{mode: figures(returns, reached, env)} of the run's last checkpoint, for both modes."""
+    from robopt.evaluation import load_policy
+    from robopt.runner import build_env
+
+    config, policy = load_policy(run_dir)
+    env = build_env(config, num_envs=episodes)
+    try:
+        return {mode: figures(*run_episodes(policy, env, seed, mode == "deterministic"), env) for mode in MODES}
+    finally:
+        env.close()
+
+
+def return_figures(returns: list[float], reached: list[int], env) -> dict:
+    return {"return": statistics.mean(returns), "return_std": statistics.pstdev(returns)}
+
+
+def quiet_train(config_path: Path, overrides: list[str]) -> tuple[Path, float]:
+    """Train a config quietly: (run dir, wall seconds)."""
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        result = train(load_config(str(config_path), overrides), progress=False)
+    return result.run_dir, time.perf_counter() - start
+
+
+def run_kind(kind: str, configs: tuple[Path, Path], seed: int, common: list[str], bc_extra: list[str],
+             ft_extra: list[str], budget: int, episodes: int, figures) -> dict:  # fmt: skip
+    """BC then fine-tuning for one policy kind and seed: figures of both, and their wall seconds."""
+    bc_config, ft_config = configs
+    eval_seed = 10_000 + seed
+    bc_dir, bc_seconds = quiet_train(bc_config, [*common, *bc_extra, f"seed={seed}"])
+    bc = evaluate(bc_dir, episodes, eval_seed, figures)
+    ft_overrides = [*common, *ft_extra, f"seed={seed}", f"total_steps={budget}", f"init_from={bc_dir}"]
+    ft_dir, ft_seconds = quiet_train(ft_config, ft_overrides)
+    ft = evaluate(ft_dir, episodes, eval_seed, figures)
+    return {"kind": kind, "seed": seed, "bc": bc, "ft": ft, "bc_seconds": bc_seconds, "ft_seconds": ft_seconds}
+
+
+def mean_std(values: list[float]) -> str:
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "n/a"
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.2f} +- {std:.2f}"
+
+
+def print_table(records: list[dict], keys: list[str]) -> None:
+    """One row per (kind, stage, mode): mean +- sample std over seeds of each figure in ``keys``."""
+    kinds = list(dict.fromkeys(record["kind"] for record in records))
+    header = f"{'policy':10} {'stage':5} {'mode':13} " + " ".join(f"{key:>20}" for key in keys)
+    print("\n" + header)
+    for kind in kinds:
+        rows = [record for record in records if record["kind"] == kind]
+        for stage in ("bc", "ft"):
+            for mode in MODES:
+                cells = [mean_std([float(row[stage][mode][key]) for row in rows]) for key in keys]
+                print(f"{kind:10} {stage:5} {mode:13} " + " ".join(f"{cell:>20}" for cell in cells))
+        seconds = mean_std([row["ft_seconds"] for row in rows])
+        print(f"{kind:10} fine-tuning wall seconds {seconds} | BC {mean_std([row['bc_seconds'] for row in rows])}")

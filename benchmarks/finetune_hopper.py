@@ -1,0 +1,89 @@
+"""Hopper: behaviour cloning on a medium-quality dataset, then RL fine-tuning, for Gaussian, flow and diffusion.
+
+    .venv/bin/python benchmarks/finetune_hopper.py --seeds 0 1 2 --budget 200000
+    .venv/bin/python benchmarks/finetune_hopper.py --source runs/ppo_hopper_native/<stamp> --kinds diffusion
+
+The dataset comes from ``robopt collect``: a PPO source run (``configs/ppo_hopper_native.yaml`` trained for
+``--source-steps`` unless ``--source`` names a run) recorded for ``--dataset-episodes`` episodes with Gaussian
+action noise ``--action-noise`` (a medium-quality dataset). Then, per seed and kind (``finetune_common``):
+BC with ``configs/bc_{gaussian,flow,diffusion}_hopper.yaml`` and fine-tuning with
+``configs/{ppo,fpo,dppo}_finetune_hopper.yaml`` / ``configs/dppo_hopper.yaml`` for ``--budget`` env steps each
+(the diffusion policy acts in chunks of 4: its budget counts env steps, not decisions). Returns are over
+``--episodes`` fresh episodes per evaluation, deterministic and stochastic; mean +- sample std over seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from finetune_common import print_table, quiet_train, return_figures, run_kind  # noqa: E402
+
+from robopt.data.collect import collect  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+KINDS = {
+    "gaussian": (CONFIGS / "bc_gaussian_hopper.yaml", CONFIGS / "ppo_finetune_hopper.yaml"),
+    "flow": (CONFIGS / "bc_flow_hopper.yaml", CONFIGS / "fpo_finetune_hopper.yaml"),
+    "diffusion": (CONFIGS / "bc_diffusion_hopper.yaml", CONFIGS / "dppo_hopper.yaml"),
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
+    parser.add_argument("--budget", type=int, default=200_000, help="fine-tuning env steps per run")
+    parser.add_argument("--episodes", type=int, default=20, help="evaluation episodes per mode")
+    parser.add_argument("--source", type=Path, default=None, help="a trained Hopper run to record the dataset from")
+    parser.add_argument("--source-steps", type=int, default=250_000)
+    parser.add_argument("--dataset-episodes", type=int, default=100)
+    parser.add_argument("--action-noise", type=float, default=0.1)
+    parser.add_argument("--bc-epochs", type=int, default=0, help="override algo.epochs of the BC configs (0: keep)")
+    parser.add_argument("--root", type=Path, default=None, help="keep datasets and runs here (default: temporary)")
+    parser.add_argument("--out", type=Path, default=None, help="write the records as JSON")
+    args = parser.parse_args()
+    print(f"finetune_hopper {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
+          f"{' '.join(sys.argv[1:]) or '(defaults)'}", flush=True)  # fmt: skip
+    with tempfile.TemporaryDirectory() as temporary:
+        root = args.root or Path(temporary)
+        common = [f"log.run_root={root}/runs", "log.progress=false", "log.eval_episodes=0"]
+        source = args.source
+        if source is None:
+            source, seconds = quiet_train(
+                CONFIGS / "ppo_hopper_native.yaml", [*common, f"total_steps={args.source_steps}"]
+            )
+            print(f"source: PPO {args.source_steps} steps in {seconds:.0f} s: {source}", flush=True)
+        data = collect("hopper/medium", args.dataset_episodes, run_dir=source, action_noise=args.action_noise,
+                       root=root / "datasets", force=True, progress=False)  # fmt: skip
+        print(data.summary(), flush=True)
+        common.append(f"algo.dataset_root={root / 'datasets'}")
+        bc_extra = [f"algo.epochs={args.bc_epochs}"] if args.bc_epochs > 0 else []
+        records = []
+        for seed in args.seeds:
+            for kind in args.kinds:
+                record = run_kind(
+                    kind, KINDS[kind], seed, common[:3], [*bc_extra, common[3]], [], args.budget, args.episodes,
+                    return_figures,
+                )  # fmt: skip
+                records.append(record)
+                print(f"  seed {seed} {kind:9}: BC det {record['bc']['deterministic']['return']:8.1f} "
+                      f"sto {record['bc']['stochastic']['return']:8.1f} ({record['bc_seconds']:.0f} s) | "
+                      f"fine-tuned det {record['ft']['deterministic']['return']:8.1f} "
+                      f"sto {record['ft']['stochastic']['return']:8.1f} ({record['ft_seconds']:.0f} s)",
+                      flush=True)  # fmt: skip
+    print_table(records, ["return"])
+    if args.out:
+        args.out.write_text(json.dumps(records, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
