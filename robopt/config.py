@@ -70,6 +70,15 @@ class RolloutConfig:
     gae_lambda: float = option(0.95, "GAE lambda")
     normalize_advantage: bool = option(True, "normalize advantages to zero mean, unit std per batch")
     normalize_reward: bool = option(False, "scale rewards by the running std of the discounted return")
+    advantage: str = option(
+        "gae", "advantage estimator: gae, or group (rewards of consecutive groups of env.kwargs.group_size rows "
+        "that share a prompt, against the group's mean: GRPO; no critic needed)", ("gae", "group"),
+    )  # fmt: skip
+    group_std: bool = option(True, "group: divide by the group's std (GRPO); false: Dr. GRPO")
+    leave_one_out: bool = option(False, "group: baseline each row with the mean of the others (RLOO)")
+    dynamic_sampling: bool = option(
+        False, "group: drop groups whose rewards are all equal from the update (DAPO's filter; no refill)"
+    )
 
 
 @dataclass(frozen=True)

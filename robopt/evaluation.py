@@ -16,7 +16,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig
 from robopt.envs.render import DEFAULT_HEIGHT, DEFAULT_WIDTH, NativeRowRenderer, gymnasium_camera_kwargs
-from robopt.runner import LAST_CHECKPOINT, available_device, build_env, build_policy, load_run_config
+from robopt.runner import (
+    LAST_CHECKPOINT,
+    available_device,
+    build_env,
+    build_policy,
+    evaluation_env_options,
+    load_run_config,
+)
 
 
 @dataclass(frozen=True)
@@ -34,7 +41,7 @@ def load_policy(run_dir: Path, config: ExperimentConfig | None = None) -> tuple[
     path = Path(run_dir) / LAST_CHECKPOINT
     if not path.is_file():
         raise ConfigError(f"run {str(run_dir)!r} has no checkpoint yet ({LAST_CHECKPOINT})")
-    env = build_env(config, num_envs=1)
+    env = build_env(config, num_envs=1, **evaluation_env_options(config))
     policy = build_policy(config, env)
     env.close()
     try:
@@ -76,7 +83,7 @@ def evaluate_run(run_dir: Path, episodes: int = 10, seed: int = 10_000) -> EvalR
     if episodes < 1:
         raise ConfigError(f"--episodes must be at least 1, got {episodes}")
     config, policy = load_policy(run_dir)
-    env = build_env(config, num_envs=episodes)
+    env = build_env(config, num_envs=episodes, **evaluation_env_options(config))
     try:
         return evaluate_policy(policy, env, episodes, seed)
     finally:

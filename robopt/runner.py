@@ -64,6 +64,11 @@ def build_env(config: ExperimentConfig, num_envs: int | None = None, **extra):
     return ActionChunkEnv(env, horizon)
 
 
+def evaluation_env_options(config: ExperimentConfig) -> dict:
+    """Env options for evaluating a run: a language task's held-out prompts, one greedy completion each."""
+    return {"split": "heldout", "group_size": 1} if config.env.id == "robopt/Text" else {}
+
+
 def build_policy(config: ExperimentConfig, env) -> torch.nn.Module:
     return POLICIES[config.policy.name].build(config.policy, env).to(config.device)
 
@@ -73,8 +78,8 @@ def build_critic(config: ExperimentConfig, env) -> torch.nn.Module:
     c = config.critic
     input_dim = env.obs_dim + (privileged_dim(config, env) if c.privileged else 0)
     critic = ValueCritic(
-        input_dim, c.hidden, c.activation, normalize_obs=config.policy.normalize_obs,
-        orthogonal_init=config.policy.orthogonal_init,
+        input_dim, c.hidden, c.activation, normalize_obs=getattr(config.policy, "normalize_obs", True),
+        orthogonal_init=getattr(config.policy, "orthogonal_init", True),
     )  # fmt: skip
     return critic.to(config.device)
 
@@ -124,6 +129,8 @@ def build_loop(config: ExperimentConfig, initialize: bool = False):
             )
         if initialize and config.init_from:
             initialize_policy(policy, config)
+            if hasattr(policy, "reset_reference"):  # a language policy's KL reference is where RL starts
+                policy.reset_reference()
         algo_name = config_to_dict(config)["algo"]["name"]
         spec = ALGORITHMS[algo_name]
         if spec.kind in ("pretrain", "off_policy"):
@@ -327,7 +334,7 @@ def final_evaluation(config: ExperimentConfig, policy, run_dir: Path) -> dict:
 
     from robopt.evaluation import evaluate_policy
 
-    env = build_env(config, num_envs=config.log.eval_episodes)
+    env = build_env(config, num_envs=config.log.eval_episodes, **evaluation_env_options(config))
     try:
         result = evaluate_policy(policy, env, config.log.eval_episodes, seed=config.seed + 10_000)
     finally:

@@ -17,8 +17,8 @@ from typing import Protocol
 import torch
 
 from robopt.buffers.rollout import RolloutBatch, RolloutStorage
-from robopt.config import RolloutConfig
-from robopt.core.advantages import bootstrap_value, gae, normalize_advantage
+from robopt.config import ConfigError, RolloutConfig
+from robopt.core.advantages import bootstrap_value, equal_reward_groups, gae, group_advantage, normalize_advantage
 from robopt.core.errors import NonFiniteError
 from robopt.core.normalization import RewardScaler
 from robopt.core.protocols import Policy, VecEnv
@@ -65,6 +65,12 @@ class OnPolicyLoop:
         # False when fine-tuning a pretrained policy: its input statistics stay those it was trained under
         self.update_policy_normalizer = update_policy_normalizer
         privileged_dim = env.privileged_dim if privileged else 0
+        if rollout.advantage == "group" and not hasattr(env, "group_size"):
+            raise ConfigError(
+                f"rollout.advantage=group needs an env whose rows come in groups sharing a prompt (robopt/Text), "
+                f"not {env.env_id}; use rollout.advantage=gae"
+            )
+        self.dropped_fraction = 0.0
         if privileged and privileged_dim < 1:
             raise ValueError(f"{env.env_id}: a privileged critic needs env.privileged_dim > 0, got {privileged_dim}")
         self.storage = RolloutStorage(
@@ -74,6 +80,7 @@ class OnPolicyLoop:
         self.obs = env.reset(seed=seed)  # [N, D]
         self.iteration_count = 0
         self.env_steps = 0
+        self.accuracy: list[torch.Tensor] = []
 
     @property
     def steps_per_iteration(self) -> int:
@@ -85,6 +92,7 @@ class OnPolicyLoop:
         """Fill the storage with T steps; returns (episode returns, episode lengths) of episodes that ended."""
         storage, env, policy = self.storage, self.env, self.policy
         ended_return, ended_length = [], []  # T tensors of [N]
+        self.accuracy = accuracy = []
         obs, privileged = self.obs, None
         for t in range(storage.num_steps):
             action, info = policy.act(obs)  # [N, A]; values are computed for the whole rollout at once later
@@ -98,6 +106,8 @@ class OnPolicyLoop:
                 t, obs, action, info, reward, terminated, truncated, env_info["final_obs"],
                 privileged, env_info.get("final_privileged_obs"),
             )  # fmt: skip
+            if "accuracy" in env_info:  # language tasks: exact-match accuracy of the completions
+                accuracy.append(env_info["accuracy"].mean())
             ended_return.append(env_info["episode_return"])
             ended_length.append(env_info["episode_length"])
             obs = next_obs
@@ -129,6 +139,8 @@ class OnPolicyLoop:
         truncated_rows = storage.truncated.nonzero(as_tuple=True)
         if truncated_rows[0].numel() > 0:
             final_value[truncated_rows] = self.critic(storage.final_critic_input(truncated_rows))
+        if rollout.advantage == "group":
+            return self._group_batch(critic_input)
         next_value = bootstrap_value(storage.value, last_value, final_value, storage.terminated, storage.truncated)
         advantage, return_target = gae(
             storage.reward, storage.value, next_value, storage.terminated, storage.truncated,
@@ -137,6 +149,23 @@ class OnPolicyLoop:
         if rollout.normalize_advantage:
             advantage = normalize_advantage(advantage)
         return storage.flatten(advantage, return_target, critic_input)
+
+    def _group_batch(self, critic_input: torch.Tensor) -> RolloutBatch:
+        """Group-relative advantages (GRPO; RLOO with ``leave_one_out``) over rows sharing a prompt.
+
+        Rows of each step come in consecutive groups of the env's ``group_size``; the return target is the reward
+        (single-step episodes). With ``dynamic_sampling`` the rows of groups whose rewards are all equal (zero
+        advantage, no signal) leave the batch (DAPO's filter, without its refill); the share dropped is logged.
+        """
+        storage, rollout, group = self.storage, self.rollout, self.env.group_size
+        reward = storage.reward.reshape(-1)  # [T * N], time-major: each step's N rows in groups of G
+        advantage = group_advantage(reward, group, rollout.group_std, rollout.leave_one_out)
+        batch = storage.flatten(advantage.reshape(storage.reward.shape), storage.reward, critic_input)
+        if rollout.dynamic_sampling:
+            keep = ~equal_reward_groups(reward, group).repeat_interleave(group)  # [T * N]
+            self.dropped_fraction = 1.0 - float(keep.float().mean())
+            batch = batch.index(keep.nonzero()[:, 0])
+        return batch
 
     def iteration(self, progress: float) -> dict[str, float]:
         """Collect, estimate advantages, update, then refresh the normalizers. Returns metrics as floats."""
@@ -149,11 +178,17 @@ class OnPolicyLoop:
         self._check_finite("observation", self.storage.obs)
         self._check_finite("reward", self.storage.reward)
         batch = self.advantages()
-        if self.iteration_count <= self.critic_warmup:
+        if len(batch) == 0:  # dynamic sampling dropped every group: nothing to learn from this rollout
+            metrics = {}
+        elif self.iteration_count <= self.critic_warmup:
             metrics = self.warm_up_critic(batch)
         else:
             metrics = self.algorithm.update(batch, progress)
         values = {k: float(v) for k, v in metrics.items()}
+        if self.rollout.dynamic_sampling:
+            values["dropped_fraction"] = self.dropped_fraction
+        if self.accuracy:
+            values["accuracy"] = float(torch.stack(self.accuracy).mean())
         for name, value in values.items():
             if not math.isfinite(value):
                 raise NonFiniteError(f"iteration {self.iteration_count}: non-finite {name} ({value})")

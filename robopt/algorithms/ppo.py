@@ -21,7 +21,7 @@ from robopt.core.compiled import CompiledFirstOrderStep, compile_unavailable_rea
 from robopt.core.losses import explained_variance, value_error
 from robopt.core.protocols import SupportsEntropy, SupportsKL, require
 from robopt.core.schedules import SCHEDULES, make_schedule
-from robopt.core.surrogates import RatioControl, ratio_metrics, surrogate
+from robopt.core.surrogates import REDUCTIONS, RatioControl, kl_estimate, masked_mean, ratio_metrics, surrogate
 from robopt.core.updaters import FirstOrderUpdater
 
 
@@ -39,6 +39,11 @@ class PPOConfig:
     entropy_coef: float = option(0.0, "entropy bonus coefficient")
     max_grad_norm: float = option(0.5, "global gradient-norm clip")
     target_kl: float = option(0.0, "stop the epochs early when the epoch's approx KL exceeds 1.5x this (0 disables)")
+    reduction: str = option(
+        "mean", "surrogate over the policy's entries (tokens): mean | token_mean (DAPO) | sequence_mean (GRPO) | "
+        "constant (Dr. GRPO: sum / (rows x loss_normalizer))", REDUCTIONS,
+    )  # fmt: skip
+    loss_normalizer: float = option(0.0, "reduction=constant: the constant (the max completion length)")
     minibatch_advantage_norm: bool = option(False, "normalize advantages per minibatch (as SB3 does) too")
     compile: bool = option(
         False, "torch.compile each minibatch step (loss, gradient, clip, Adam) into one graph: about 2x faster "
@@ -46,6 +51,8 @@ class PPOConfig:
     )  # fmt: skip
 
     def __post_init__(self) -> None:
+        if self.reduction == "constant" and not self.loss_normalizer > 0:
+            raise ValueError(f"reduction=constant needs loss_normalizer > 0, got {self.loss_normalizer}")
         if self.epochs < 1 or self.minibatch_size < 1:
             raise ValueError(f"epochs and minibatch_size must be >= 1, got {self.epochs}, {self.minibatch_size}")
         if self.learning_rate <= 0.0:
@@ -66,11 +73,23 @@ def ppo_loss(
     ``minibatch_advantage_norm`` is set (see ``normalize_per_minibatch``). The value loss is
     0.5 * mean (V - R)^2 (``robopt.core.losses.value_error``). ``with_metrics=False`` returns empty metrics.
     """
-    log_ratio = policy.log_ratio(batch.obs, batch.action, batch.policy_info)  # [B, K]
+    info = batch.policy_info
+    log_ratio = policy.log_ratio(batch.obs, batch.action, info)  # [B, K]
     kl = None  # the adaptive penalty's exact KL when the policy has one; k3 on the log-ratio otherwise (flow)
     if control.name == "kl_penalty_adaptive" and isinstance(policy, SupportsKL):
-        kl = policy.kl(batch.obs, batch.policy_info)
-    policy_loss, metrics = surrogate(log_ratio, batch.advantage, control, kl=kl, with_metrics=with_metrics)
+        kl = policy.kl(batch.obs, info)
+    mask = info.get("mask")  # [B, T] valid tokens of a language policy's completions
+    policy_loss, metrics = surrogate(
+        log_ratio, batch.advantage, control, mask=mask, kl=kl, with_metrics=with_metrics,
+        reduction=config.reduction, normalizer=config.loss_normalizer or None,
+    )  # fmt: skip
+    ref_coef = getattr(getattr(policy, "config", None), "kl_coef", 0.0)
+    if ref_coef > 0.0 and "ref_log_prob" in info:  # a language policy's KL penalty to its reference model
+        estimator = policy.config.kl_estimator
+        reference = masked_mean(kl_estimate(info["log_prob"] + log_ratio, info["ref_log_prob"], estimator), mask)
+        policy_loss = policy_loss + ref_coef * reference
+        if with_metrics:
+            metrics["reference_kl"] = reference.detach()
     value = critic(batch.critic_input)  # [B] (obs, or cat(obs, privileged) for a privileged critic)
     squared_error = value_error(
         value, batch.return_target, batch.value, config.value_clip if config.value_clip > 0 else None
@@ -166,7 +185,7 @@ class PPO:
         metrics = {key: value / max(count, 1) for key, value in sums.items()}
         with torch.no_grad():  # after-update drift over the whole batch: what the trust region is about
             log_ratio = self.policy.log_ratio(batch.obs, batch.action, batch.policy_info)
-            drift = ratio_metrics(log_ratio)
+            drift = ratio_metrics(log_ratio, batch.policy_info.get("mask"))
         if self.control.name == "kl_penalty_adaptive":
             self.control = self.control.adapted(float(drift["approx_kl"]))
         return {

@@ -1,12 +1,14 @@
 """Policy surrogates on per-K log-ratios: one implementation, ratio controls as data.
 
-Shapes: B batch, K inner log-ratio axis (see robopt.core.shapes).
+Shapes: B batch, K inner log-ratio axis (see robopt.core.shapes); for a language policy K = L tokens with a
+completion mask [B, L].
 All functions are pure: ``(...) -> (loss, metrics)``; metrics are detached scalar tensors.
 
 The single entry point for the PPO family is ``surrogate(log_ratio, advantage, control)``, where
 ``control`` is a ``RatioControl`` (frozen data) naming how the probability ratio ``r`` is held near 1.
 
-Names, the per-entry objective each maximizes (the loss is its negated masked mean), and the source:
+Names, the per-entry objective each maximizes (the loss is its negated reduction, by default the masked mean),
+and the source:
 
 - ``plain``: r A. TRPO (Schulman et al. 2015, eq. 14).
 - ``clip``: min(r A, clip(r, 1 - eps, 1 + eps) A). PPO (Schulman et al. 2017, eq. 7).
@@ -18,6 +20,30 @@ Names, the per-entry objective each maximizes (the loss is its negated masked me
 - ``sigmoid_gate``: (4 / tau) sigmoid(tau (r - 1)) A, tau = tau_pos if A > 0 else tau_neg. Soft Adaptive
   Policy Optimization (SAPO, Gao et al. 2025, arXiv:2511.20347). Its gradient weight 4 sigmoid (1 - sigmoid)
   is 1 at r = 1 and decays smoothly instead of dropping to 0 at a hard band edge.
+
+Ratio level (``RatioControl.level``):
+
+- ``token``: r = exp(log_ratio) per entry, as the policy returns it (PPO, GRPO, DAPO).
+- ``sequence``: r_b = exp(s_b), s_b = ``sequence_log_ratio`` = the masked mean of row b's log-ratios (the log of
+  the geometric mean of its token ratios). GSPO (Zheng et al. 2025). ``surrogate`` expands s_b over the row
+  ([B, 1] -> [B, K]): every valid entry of row b carries the same objective f(r_b, A) and the gradient reaches
+  each valid token through s_b (d s_b / d log_ratio_bk = 1 / n_b); band, dual clip, penalties and gate act on
+  r_b. GSPO proper is ``level=sequence`` with ``reduction="sequence_mean"``.
+
+Reductions of the per-entry objective o (after weights) over the valid entries (``surrogate(reduction=...)``),
+n_b the number of valid entries of row b:
+
+- ``mean`` (default): sum_{b,k} o / sum_b n_b, the masked mean over all entries (PPO; every robot policy).
+- ``token_mean``: the same number under its language-policy name (each valid token of the batch weighs the
+  same): DAPO's token-level policy-gradient loss (Yu et al. 2025).
+- ``sequence_mean``: mean over rows of (sum_k o_bk / n_b): each completion weighs the same whatever its length.
+  GRPO (Shao et al. 2024). Rows without a valid entry are left out of the mean over rows.
+- ``constant``: sum_{b,k} o / (B * normalizer), a constant (the maximum completion length) in place of lengths
+  that depend on the sample. Dr. GRPO (Liu et al. 2025).
+
+The ratio metrics (approx_kl, ratio_mean_abs_dev, ratio_max) are masked means over the token log-ratios whatever
+the reduction and level (the KL early stop reads approx_kl); clip_fraction is the masked mean of the entries whose
+objective ratio (r_b at sequence level) lies off its band. ``kl_estimate``: KL to a reference policy, k1/k2/k3.
 """
 
 from __future__ import annotations
@@ -38,6 +64,15 @@ RATIO_CONTROLS = (
 )
 """Names accepted by ``RatioControl.name``."""
 
+RATIO_LEVELS = ("token", "sequence")
+"""Values accepted by ``RatioControl.level``."""
+
+REDUCTIONS = ("mean", "token_mean", "sequence_mean", "constant")
+"""Values accepted by ``surrogate(reduction=...)``."""
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+"""Values accepted by ``kl_estimate(estimator=...)``."""
+
 
 def _broadcast_advantage(advantage: torch.Tensor, log_ratio: torch.Tensor) -> torch.Tensor:
     if advantage.dim() == 1:
@@ -53,6 +88,50 @@ def masked_mean(value: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return value.mean()
     mask = mask.to(value.dtype)
     return (value * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def sequence_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """GSPO's sequence log-ratio (Zheng et al. 2025, eq. 7): the masked mean of each row's log-ratios.
+
+    s_b = sum_k m_bk log_ratio_bk / n_b, the log of the geometric mean of the row's token ratios. Padded entries
+    are read through ``torch.where``, so a NaN or inf there does not leak in; a row without a valid entry gives 0.
+
+    Args:
+        log_ratio: [B, K] per-token log(pi_new / pi_old).
+        mask: optional [B, K] bool of valid tokens (None: all valid).
+
+    Returns:
+        [B, 1].
+    """
+    if mask is None:
+        return log_ratio.mean(dim=-1, keepdim=True)
+    mask = mask.bool().expand_as(log_ratio)
+    total = torch.where(mask, log_ratio, torch.zeros_like(log_ratio)).sum(dim=-1, keepdim=True)  # [B, 1]
+    return total / mask.sum(dim=-1, keepdim=True).clamp_min(1).to(log_ratio.dtype)
+
+
+def _check_reduction(reduction: str, normalizer: float | None) -> None:
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction={reduction!r} is unknown; allowed: {', '.join(REDUCTIONS)}")
+    if reduction == "constant" and (normalizer is None or not normalizer > 0.0):
+        raise ValueError(
+            f"reduction='constant' needs normalizer > 0 (e.g. the maximum completion length), got {normalizer!r}"
+        )
+
+
+def _reduce(
+    objective: torch.Tensor, mask: torch.Tensor | None, reduction: str = "mean", normalizer: float | None = None
+) -> torch.Tensor:
+    """The per-entry objective [B, K] reduced to a scalar over the valid entries (see the module table)."""
+    if reduction in ("mean", "token_mean"):  # token_mean is mean under its DAPO name: one code path
+        return masked_mean(objective, mask)
+    rows = objective.reshape(objective.shape[0], -1)  # [B, K]
+    valid = torch.ones_like(rows) if mask is None else mask.to(rows.dtype).expand_as(objective).reshape(rows.shape)
+    if reduction == "constant":  # Dr. GRPO: a constant denominator, B * normalizer
+        return (rows * valid).sum() / (rows.shape[0] * normalizer)
+    count = valid.sum(dim=1)  # [B] n_b
+    row_mean = (rows * valid).sum(dim=1) / count.clamp_min(1.0)  # [B]
+    return row_mean.sum() / (count > 0).sum().clamp_min(1).to(rows.dtype)  # sequence_mean (GRPO)
 
 
 def _clip_objective(
@@ -81,12 +160,14 @@ def _finish(
     mask: torch.Tensor | None,
     clipped: torch.Tensor | None = None,
     with_metrics: bool = True,
+    reduction: str = "mean",
+    normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Weight, mask and negate a per-entry objective [B, K] into a loss to minimize."""
+    """Weight, mask, reduce and negate a per-entry objective [B, K] into a loss; metrics on the token log_ratio."""
     if weight is not None:
         objective = objective * weight
     metrics = ratio_metrics(log_ratio, mask, clipped=clipped) if with_metrics else {}
-    return -masked_mean(objective, mask), metrics
+    return -_reduce(objective, mask, reduction, normalizer), metrics
 
 
 def clipped_surrogate(
@@ -154,6 +235,34 @@ def adapt_kl_coef(coef: float, measured_kl: float, target: float, factor: float 
     return coef
 
 
+def kl_estimate(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
+    """Elementwise estimate of KL(p || q) from samples x ~ p (Schulman 2020, "Approximating KL divergence").
+
+    p is the current policy, q the reference, log r = log q(x) - log p(x): k1 = -log r (unbiased, can be < 0);
+    k2 = (log r)^2 / 2 (biased, low variance); k3 = (r - 1) - log r (unbiased and >= 0; GRPO's KL term).
+
+    Args:
+        log_prob: log p(x), any shape (e.g. [B, L] per token).
+        ref_log_prob: log q(x), the same shape.
+        estimator: one of ``KL_ESTIMATORS``.
+
+    Returns:
+        The estimate per element, the shape of ``log_prob``; average it (e.g. ``masked_mean``) for the KL.
+    """
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl estimator={estimator!r} is unknown; allowed: {', '.join(KL_ESTIMATORS)}")
+    if log_prob.shape != ref_log_prob.shape:
+        raise ValueError(
+            f"ref_log_prob shape {list(ref_log_prob.shape)} does not match log_prob {list(log_prob.shape)}"
+        )
+    log_r = ref_log_prob - log_prob
+    if estimator == "k1":
+        return -log_r
+    if estimator == "k2":
+        return 0.5 * log_r**2
+    return torch.expm1(log_r) - log_r  # expm1: exact near r = 1, where k3 ~ (log r)^2 / 2
+
+
 def _field(default: object, doc: str, choices: tuple[str, ...] | None = None) -> object:
     # Same metadata as robopt.config.option, so RatioControl nests inside algorithm configs (algo.ratio.*).
     return dataclasses.field(default=default, metadata={"doc": doc, "choices": choices})
@@ -175,10 +284,13 @@ class RatioControl:
     gate_temperature_neg: float = _field(1.05, "sigmoid_gate: tau for A <= 0 (SAPO uses tau_neg > tau_pos)")
     kl_coef: float = _field(1.0, "kl_penalty_adaptive: initial beta; the algorithm adapts it between updates")
     kl_target: float = _field(0.01, "kl_penalty_adaptive: target mean KL d_targ per update")
+    level: str = _field("token", "ratio per entry (token) or per row (sequence: GSPO's geometric mean)", RATIO_LEVELS)
 
     def __post_init__(self) -> None:
         if self.name not in RATIO_CONTROLS:
             raise ValueError(f"ratio control name={self.name!r} is unknown; allowed: {', '.join(RATIO_CONTROLS)}")
+        if self.level not in RATIO_LEVELS:
+            raise ValueError(f"ratio control level={self.level!r} is unknown; allowed: {', '.join(RATIO_LEVELS)}")
         if not 0.0 < self.clip_low < 1.0:
             raise ValueError(f"ratio control clip_low={self.clip_low!r}: must be in (0, 1)")
         if self.clip_high is not None and self.clip_high <= 0.0:
@@ -217,6 +329,8 @@ def surrogate(
     kl: torch.Tensor | None = None,
     with_metrics: bool = True,
     clip_range: torch.Tensor | None = None,
+    reduction: str = "mean",
+    normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The surrogate loss of the PPO/TRPO family under ``control`` (see the module table), negated to minimize.
 
@@ -234,25 +348,37 @@ def surrogate(
         clip_range: optional per-entry eps (broadcastable to [B, K]) for ``clip``, ``clip_asymmetric`` and
             ``dual_clip``, replacing ``control.clip_low`` and ``clip_high`` (a symmetric band): DPPO's clip range
             that follows the denoising step.
+        reduction: how the per-entry objective (after weights) becomes the loss: mean (default), token_mean,
+            sequence_mean or constant (see the module table).
+        normalizer: the constant of ``reduction="constant"`` (the maximum completion length); read only there.
 
     Returns:
         (loss, metrics): metrics hold approx_kl, ratio_mean_abs_dev, ratio_max and control-specific entries.
+        With ``control.level == "sequence"`` the objective uses r_b = exp(``sequence_log_ratio``) expanded over
+        each row; the ratio metrics stay on the token log-ratios (see the module table).
     """
+    _check_reduction(reduction, normalizer)
+    token_log_ratio = log_ratio  # [B, K]: what the ratio metrics describe
+    if control.level == "sequence":  # GSPO: s_b [B, 1] over the row's valid tokens, expanded to [B, K]
+        log_ratio = sequence_log_ratio(log_ratio, mask).expand_as(log_ratio)
     advantage = _broadcast_advantage(advantage, log_ratio)  # [B, K]
     ratio = torch.exp(log_ratio)  # [B, K]
     name = control.name
+    reduce = {"reduction": reduction, "normalizer": normalizer}
     if name == "plain":
-        return _finish(ratio * advantage, log_ratio, weight, mask, with_metrics=with_metrics)
+        return _finish(ratio * advantage, token_log_ratio, weight, mask, with_metrics=with_metrics, **reduce)
     if name in ("clip", "clip_asymmetric", "dual_clip"):
         clip_low = control.clip_low if clip_range is None else clip_range
         clip_high = clip_low if control.clip_high is None or clip_range is not None else control.clip_high
         objective, clipped = _clip_objective(ratio, advantage, clip_low, clip_high, with_metrics)
         if name != "dual_clip":
-            return _finish(objective, log_ratio, weight, mask, clipped, with_metrics)
+            return _finish(objective, token_log_ratio, weight, mask, clipped, with_metrics, **reduce)
         # Dual clip (Ye et al. 2020, eq. 5): for A < 0, max(min(rA, clip(r)A), cA) bounds the loss of huge r.
         floor = control.dual_clip * advantage
         dual = (advantage < 0) & (floor > objective)
-        loss, metrics = _finish(torch.where(dual, floor, objective), log_ratio, weight, mask, clipped, with_metrics)
+        loss, metrics = _finish(
+            torch.where(dual, floor, objective), token_log_ratio, weight, mask, clipped, with_metrics, **reduce
+        )
         if with_metrics:
             metrics["dual_clip_fraction"] = masked_mean(dual.to(ratio.dtype), mask).detach()
         return loss, metrics
@@ -260,7 +386,7 @@ def surrogate(
         # PPO-penalty (Schulman et al. 2017, eq. 8): r A - beta KL[pi_old, pi_new].
         kl_term = (ratio - 1.0) - log_ratio if kl is None else _broadcast_advantage(kl, log_ratio)  # [B, K]
         loss, metrics = _finish(
-            ratio * advantage - control.kl_coef * kl_term, log_ratio, weight, mask, with_metrics=with_metrics
+            ratio * advantage - control.kl_coef * kl_term, token_log_ratio, weight, mask, None, with_metrics, **reduce
         )
         if with_metrics:
             metrics["kl_coef"] = torch.tensor(control.kl_coef)
@@ -269,12 +395,14 @@ def surrogate(
     if name == "spo_penalty":
         # SPO (Xie et al. 2024, eq. 9): r A - |A| / (2 eps) (r - 1)^2; optimum at r = 1 + sign(A) eps.
         objective = ratio * advantage - advantage.abs() / (2.0 * control.spo_eps) * (ratio - 1.0) ** 2
-        return _finish(objective, log_ratio, weight, mask, with_metrics=with_metrics)
+        return _finish(objective, token_log_ratio, weight, mask, with_metrics=with_metrics, **reduce)
     # sigmoid_gate, SAPO (Gao et al. 2025, arXiv:2511.20347): f(r) = (4 / tau) sigmoid(tau (r - 1)), objective f(r) A.
     # d f / d r = 4 sigmoid (1 - sigmoid), which is 1 at r = 1 (the plain gradient on-policy) and decays smoothly.
     tau = torch.where(advantage > 0, control.gate_temperature_pos, control.gate_temperature_neg).to(ratio)
     gate = torch.sigmoid(tau * (ratio - 1.0))  # [B, K]
-    loss, metrics = _finish(4.0 / tau * gate * advantage, log_ratio, weight, mask, with_metrics=with_metrics)
+    loss, metrics = _finish(
+        4.0 / tau * gate * advantage, token_log_ratio, weight, mask, with_metrics=with_metrics, **reduce
+    )
     if with_metrics:
         metrics["gate_weight"] = masked_mean(4.0 * gate * (1.0 - gate), mask).detach()
     return loss, metrics

@@ -195,7 +195,8 @@ class TrustRegionUpdater:
             "cg_iterations": float(cg_done),
             "expected_improvement": expected,
         }
-        search = _LineSearchResult(accepted=False, backtracks=cfg.line_search_steps, loss=old_loss)
+        # no ascent direction (e.g. every advantage 0): no step is tried, and an untried step moved nothing (KL 0)
+        search = _LineSearchResult(accepted=False, backtracks=cfg.line_search_steps, loss=old_loss, kl_full_step=0.0)
         if expected > 0:
             search = self._line_search(loss_fn, kl_fn, old_params, full_step, old_loss)
         if not search.accepted:

@@ -50,6 +50,15 @@ EXPERTS: dict[str, Callable[..., Expert]] = {
 }
 
 
+def _text_expert(env, seed: int) -> Expert:
+    from robopt.llm.env import text_expert
+
+    return text_expert(env, seed)
+
+
+EXPERTS["robopt/Text"] = _text_expert
+
+
 def make_expert(env, seed: int = 0) -> Expert:
     """The scripted expert of ``env.env_id``; an id without one is a one-line ValueError."""
     if env.env_id not in EXPERTS:

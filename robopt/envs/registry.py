@@ -34,7 +34,7 @@ class NativeTask:
 NATIVE_TASKS: dict[str, NativeTask] = {}
 TORCH_TASKS: dict[str, Callable[..., VecEnv]] = {}
 """``robopt/<Name>`` -> ``factory(num_envs, device, **kw)``; filled by the modules in ``TORCH_TASK_MODULES``."""
-TORCH_TASK_MODULES = ("robopt.envs.multigoal",)
+TORCH_TASK_MODULES = ("robopt.envs.multigoal", "robopt.llm.env")
 
 
 def register_native_task(task: NativeTask) -> None:

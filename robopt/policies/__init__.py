@@ -1,4 +1,4 @@
-"""Policies (Gaussian, flow, diffusion) and critics, with an explicit registry of policy kinds.
+"""Policies (Gaussian, flow, diffusion, language) and critics, with an explicit registry of policy kinds.
 
 ``POLICIES`` maps ``policy.name`` to a ``PolicySpec``: the kind's config dataclass (registered with
 ``robopt.config`` so ``policy.name: flow`` reads the flow fields) and ``build(policy_config, env) -> policy``.
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from robopt.config import PolicyConfig, register_policy_config
+from robopt.llm.policy import LanguagePolicyConfig, build_language_policy
 from robopt.policies.critics import ValueCritic
 from robopt.policies.diffusion import DiffusionPolicy, DiffusionPolicyConfig, build_diffusion_policy
 from robopt.policies.flow import FlowPolicy, FlowPolicyConfig, build_flow_policy
@@ -41,6 +42,7 @@ def register_policy(name: str, spec: PolicySpec) -> None:
 
 register_policy("gaussian", PolicySpec(PolicyConfig, build_gaussian_policy, "diagonal Gaussian (optionally squashed)"))
 register_policy("flow", PolicySpec(FlowPolicyConfig, build_flow_policy, "flow matching, integrated from noise"))
+register_policy("language", PolicySpec(LanguagePolicyConfig, build_language_policy, "causal language model"))
 register_policy(
     "diffusion", PolicySpec(DiffusionPolicyConfig, build_diffusion_policy, "DDPM denoising chain (DPPO-ready)")
 )
