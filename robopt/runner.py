@@ -70,7 +70,12 @@ def evaluation_env_options(config: ExperimentConfig) -> dict:
 
 
 def build_policy(config: ExperimentConfig, env) -> torch.nn.Module:
-    return POLICIES[config.policy.name].build(config.policy, env).to(config.device)
+    """The config's policy for ``env``; a policy that cannot be built from it (sizes, a model directory, LoRA
+    targets) is a one-line ConfigError naming the policy kind."""
+    try:
+        return POLICIES[config.policy.name].build(config.policy, env).to(config.device)
+    except ValueError as error:
+        raise ConfigError(f"policy.name={config.policy.name}: {error}") from None
 
 
 def build_critic(config: ExperimentConfig, env) -> torch.nn.Module:

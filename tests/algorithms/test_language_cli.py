@@ -1,0 +1,55 @@
+"""Language runs from the CLI: bad input stops with one line and exit code 2, nothing written; eval reports accuracy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+pytest.importorskip("transformers")
+
+
+def _robopt(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "robopt.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=180
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["policy.max_new_tokens=0"], "max_new_tokens must be >= 1, got 0"),
+        (["policy.model_path=/nonexistent/model"], "model_path '/nonexistent/model' is not a directory"),
+        (["policy.lora_rank=4", "policy.lora_targets=[no_such_module]"], "no_such_module"),
+        (["policy.max_context=12"], "prompt width"),
+        (["env.kwargs.group_size=7"], "must be a multiple of group_size (7)"),
+        (["env.kwargs.digits=9"], "digits"),
+        (["algo.reduction=constant"], "reduction=constant needs loss_normalizer > 0"),
+    ],
+    ids=["max_new_tokens", "model_path", "lora_targets", "context", "group", "task_option", "normalizer"],
+)
+def test_bad_language_input_is_one_line(tmp_path, overrides, message):
+    result = _robopt("train", "configs/grpo_addition.yaml", f"log.run_root={tmp_path}", "--no-progress", *overrides)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_group_advantage_needs_grouped_rows(tmp_path):
+    result = _robopt("train", "configs/ppo_pendulum.yaml", f"log.run_root={tmp_path}", "rollout.advantage=group")
+    assert result.returncode == 2 and "rollout.advantage=group needs an env whose rows" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_train_then_eval_reports_heldout_accuracy(tmp_path):
+    result = _robopt("train", "configs/grpo_addition.yaml", f"log.run_root={tmp_path}", "--no-progress",
+                     "total_steps=128", "log.eval_episodes=8")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = (tmp_path / "grpo_addition").iterdir()
+    result = _robopt("eval", str(run_dir), "--episodes", "8")
+    assert result.returncode == 0, result.stderr
+    assert "success rate" in result.stdout  # exact-match accuracy on held-out prompts, one greedy completion each
