@@ -132,6 +132,18 @@ def build_loop(config: ExperimentConfig, initialize: bool = False):
             raise ConfigError(
                 f"critic_warmup={config.critic_warmup} needs init_from=RUN_DIR (a pretrained policy to keep frozen)"
             )
+        ft_steps, steps = getattr(config.policy, "ft_steps", 0), getattr(config.policy, "denoising_steps", 0)
+        if (
+            initialize
+            and not config.init_from
+            and ft_steps < steps
+            and ALGORITHMS[config_to_dict(config)["algo"]["name"]].kind == "on_policy"
+        ):
+            raise ConfigError(
+                f"policy.ft_steps={ft_steps} < policy.denoising_steps={steps}: RL trains only the last {ft_steps} "
+                "denoising steps and freezes the others, so start from a pretrained policy (init_from=RUN_DIR) or "
+                "set policy.ft_steps=policy.denoising_steps"
+            )
         if initialize and config.init_from:
             initialize_policy(policy, config)
             if hasattr(policy, "reset_reference"):  # a language policy's KL reference is where RL starts

@@ -128,6 +128,11 @@ class DPPO:
                 "algo.name=dppo needs policy.name=diffusion (its ratio is per denoising step), "
                 f"got {type(policy).__name__}"
             )
+        if config.ratio.name == "clip_asymmetric":
+            raise ConfigError(
+                "algo.ratio.name=clip_asymmetric: DPPO's clip range follows the denoising step (algo.clip_base to "
+                "algo.ratio.clip_low) and is symmetric; use clip or dual_clip"
+            )
         self.config, self.policy, self.critic = config, policy, critic
         max_norm = config.max_grad_norm if config.max_grad_norm > 0 else None
         self.actor_updater = FirstOrderUpdater(policy.parameters(), config.learning_rate, max_norm)

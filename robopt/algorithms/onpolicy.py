@@ -70,6 +70,13 @@ class OnPolicyLoop:
                 f"rollout.advantage=group needs an env whose rows come in groups sharing a prompt (robopt/Text), "
                 f"not {env.env_id}; use rollout.advantage=gae"
             )
+        if rollout.advantage == "gae" and (rollout.leave_one_out or rollout.dynamic_sampling or not rollout.group_std):
+            raise ConfigError(
+                "rollout.group_std, leave_one_out and dynamic_sampling are options of rollout.advantage=group; "
+                "with gae they would be ignored"
+            )
+        if rollout.advantage == "group" and rollout.leave_one_out and env.group_size < 2:
+            raise ConfigError(f"rollout.leave_one_out needs env.kwargs.group_size >= 2, got {env.group_size}")
         self.dropped_fraction = 0.0
         if privileged and privileged_dim < 1:
             raise ValueError(f"{env.env_id}: a privileged critic needs env.privileged_dim > 0, got {privileged_dim}")
@@ -193,9 +200,10 @@ class OnPolicyLoop:
             if not math.isfinite(value):
                 raise NonFiniteError(f"iteration {self.iteration_count}: non-finite {name} ({value})")
         # The statistics a rollout was collected with are the ones its update saw; refresh them only now.
-        if self.update_policy_normalizer:
+        if self.update_policy_normalizer and len(batch) > 0:
             self.policy.normalizer.update(batch.obs)
-        self.critic.normalizer.update(batch.critic_input)
+        if len(batch) > 0:
+            self.critic.normalizer.update(batch.critic_input)
         if episode_return.numel() > 0:
             values["episode_return"] = float(episode_return.mean())
             values["episode_length"] = float(episode_length.float().mean())

@@ -145,6 +145,8 @@ class PPO:
     def __init__(self, config: PPOConfig, policy, critic) -> None:
         if config.entropy_coef > 0.0:
             require(policy, SupportsEntropy, "PPO with entropy_coef > 0", "the bonus needs the policy's entropy")
+        if config.ratio.name == "kl_penalty_adaptive" and not getattr(policy, "kl_available", True):
+            raise ConfigError("ratio.name=kl_penalty_adaptive on a language policy needs policy.store_old_logits=true")
         self.config, self.policy, self.critic = config, policy, critic
         params = list(policy.parameters()) + list(critic.parameters())
         self.updater = FirstOrderUpdater(params, config.learning_rate, config.max_grad_norm)

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import torch
 
 from robopt.buffers.rollout import RolloutBatch
-from robopt.config import option
+from robopt.config import ConfigError, option
 from robopt.core.losses import explained_variance, value_loss
 from robopt.core.protocols import SupportsEntropy, SupportsKL, require
 from robopt.core.schedules import SCHEDULES, make_schedule
-from robopt.core.surrogates import RATIO_CONTROLS, RatioControl, surrogate
+from robopt.core.surrogates import RATIO_CONTROLS, RatioControl, masked_mean, surrogate
 from robopt.core.trust_region import TrustRegionConfig, TrustRegionUpdater
 from robopt.core.updaters import FirstOrderUpdater
 
@@ -98,6 +98,12 @@ class TRPO:
 
     def __init__(self, config: TRPOConfig, policy, critic) -> None:
         require(policy, SupportsKL, "TRPO", "the trust region bounds the closed-form mean KL to the acting policy")
+        if not getattr(policy, "kl_available", True):
+            raise ConfigError(
+                "TRPO on a language policy needs its exact per-token KL: set policy.store_old_logits=true"
+            )
+        if getattr(getattr(policy, "config", None), "kl_coef", 0.0) > 0.0:
+            raise ConfigError("policy.kl_coef (the reference-KL penalty) is a PPO-loss term; TRPO does not add it")
         if config.entropy_coef > 0.0:
             require(policy, SupportsEntropy, "EnTRPO (entropy_coef > 0)", "the advantage gets H(pi(.|s))")
         self.config, self.policy, self.critic = config, policy, critic
@@ -135,13 +141,16 @@ class TRPO:
         k = self.config.fisher_subsample
         sub_obs, sub_info = obs[::k], {key: value[::k] for key, value in info.items()}
 
+        mask, sub_mask = info.get("mask"), sub_info.get("mask")  # a language policy's valid tokens [B, T]
+
         def loss_fn() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             kl = policy.kl(obs, info) if self.ratio.name == "kl_penalty_adaptive" else None  # exact KL [B]
-            return surrogate(policy.log_ratio(obs, action, info), advantage, self.ratio, kl=kl)
+            return surrogate(policy.log_ratio(obs, action, info), advantage, self.ratio, mask=mask, kl=kl)
 
         metrics = self.actor_updater.step(
-            loss_fn, lambda: policy.kl(obs, info).mean(), lambda: policy.kl(sub_obs, sub_info).mean()
-        )
+            loss_fn, lambda: masked_mean(policy.kl(obs, info), mask),
+            lambda: masked_mean(policy.kl(sub_obs, sub_info), sub_mask),
+        )  # fmt: skip
         with torch.no_grad():
             _, ratio_metrics = loss_fn()
         measured_kl = metrics["kl"]

@@ -39,6 +39,8 @@ class RunningNormalizer(nn.Module):
         if not self.enabled:
             return
         x = x.reshape(-1, self.dim).to(torch.float64)
+        if x.shape[0] == 0:  # nothing to merge (an empty batch would make the statistics NaN)
+            return
         batch_count = float(x.shape[0])
         batch_mean, batch_var = x.mean(0), x.var(0, unbiased=False)
         total = self.count + batch_count

@@ -120,6 +120,18 @@ class PromptEnv:
         }
         return self._obs.clone(), reward, done, torch.zeros_like(done), info
 
+    def state_dict(self) -> dict:
+        """The prompt stream's state (``--resume`` continues it): RNG, the current rows' problems, counters."""
+        keys = [problem.meta["key"] for problem in self.problems]
+        return {"rng": self._rng.getstate(), "keys": keys, "scored": self.scored, "failures": self.failures}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._rng.setstate(state["rng"])
+        self.problems = [self.task.problem(key) for key in state["keys"]]
+        self.scored, self.failures = int(state["scored"]), int(state["failures"])
+        obs = encode_prompts([p.prompt for p in self.problems], self.obs_dim, self.tokenizer)
+        self._obs = obs.to(self.device, torch.float32)
+
     def close(self) -> None:
         pass
 

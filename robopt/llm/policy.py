@@ -455,6 +455,11 @@ class LanguagePolicy(nn.Module):
         diff = torch.clamp(new - info["log_prob"], -bound, bound)
         return torch.where(mask, diff, torch.zeros_like(diff))
 
+    @property
+    def kl_available(self) -> bool:
+        """Whether ``kl`` can run: it needs the acting log-softmax (``store_old_logits``)."""
+        return self.config.store_old_logits
+
     def kl(self, obs: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
         """Exact KL(pi_act || pi_new) per token [B, T] over the vocabulary; 0 where the mask is false.
 
@@ -491,5 +496,11 @@ class LanguagePolicy(nn.Module):
 
 def build_language_policy(config: LanguagePolicyConfig, env) -> LanguagePolicy:
     """Obs width = env.max_prompt_len + 1 (the longest prompt in bytes, plus BOS); the default without it."""
+    env_tokens = getattr(env, "action_dim", config.max_new_tokens)
+    if env_tokens != config.max_new_tokens:
+        raise ValueError(
+            f"policy.max_new_tokens={config.max_new_tokens} but the env takes completions of {env_tokens} tokens: "
+            "set env.kwargs.max_new_tokens to the same value"
+        )
     max_prompt_len = getattr(env, "max_prompt_len", None)
     return LanguagePolicy(config, None if max_prompt_len is None else int(max_prompt_len) + 1)

@@ -16,7 +16,8 @@ final action to +-``denoised_clip``. ``act`` stores the last K'+1 points of the 
 their per-step log-probabilities and means under the acting weights; ``log_ratio`` returns [B, K'] per-step
 log-ratios, column j the step from chain[:, j] to chain[:, j + 1] (timestep K' - 1 - j; the last column makes the
 action), or [B, 1] for rows of (env step, denoising step) pairs made by ``pair_info``. Log-probabilities are
-averaged over the X dimensions (``log_prob_reduce``, DPPO's choice) and clamped to [``log_prob_min``, max].
+clamped per dimension to [``log_prob_min``, max] and averaged over the X dimensions (``log_prob_reduce``, DPPO's
+choice).
 Once ``freeze_base`` has run (the on-policy loop does it when RL starts), the first K - K' steps use a frozen
 copy of the pretrained network, as in the paper. ``kl`` is the exact per-step KL of the two Gaussians ([B, K']).
 
@@ -58,8 +59,8 @@ class DiffusionPolicyConfig:
     noise_clip: float = option(3.0, "clip each step's standard-normal noise to +-this")
     denoised_clip: float = option(1.0, "clip the predicted x0 and the final action to +-this (normalized units)")
     log_prob_reduce: str = option("mean", "per-step log-probability over the X dims: mean (DPPO) or sum", REDUCTIONS)
-    log_prob_min: float = option(-5.0, "clamp per-step log-probabilities from below (DPPO: -5)")
-    log_prob_max: float = option(2.0, "clamp per-step log-probabilities from above (DPPO: 2)")
+    log_prob_min: float = option(-5.0, "clamp each dimension's log-density from below (DPPO: -5)")
+    log_prob_max: float = option(2.0, "clamp each dimension's log-density from above (DPPO: 2)")
     time_embedding: int = option(16, "width E of the sinusoidal step embedding (even)")
     output_scale: float = option(0.1, "gain of the noise predictor's output layer at initialization")
     normalize_obs: bool = option(True, "running observation normalization inside the policy")
@@ -147,10 +148,10 @@ class DiffusionPolicy(nn.Module):
         self.register_buffer("base_frozen", torch.tensor(False))
         c = config
         for name, table in schedule.ddpm_tables(c.denoising_steps, c.beta_schedule, c.denoised_clip).items():
-            self.register_buffer(f"ddpm_{name}", table)
+            self.register_buffer(f"ddpm_{name}", table, persistent=False)  # from the config, not the weights
         ddim = schedule.ddim_tables(c.denoising_steps, c.beta_schedule, c.denoised_clip, c.ddim_steps)
         for name, table in ddim.items():
-            self.register_buffer(f"ddim_{name}", table)
+            self.register_buffer(f"ddim_{name}", table, persistent=False)
         low = torch.as_tensor(action_low, dtype=torch.float32).reshape(action_dim)
         high = torch.as_tensor(action_high, dtype=torch.float32).reshape(action_dim)
         finite = torch.isfinite(low) & torch.isfinite(high)
@@ -159,7 +160,7 @@ class DiffusionPolicy(nn.Module):
         self.register_buffer("action_centre", torch.where(finite, (high + low) / 2, torch.zeros_like(low)))
         self.register_buffer("action_half_range", torch.where(finite, (high - low) / 2, torch.ones_like(low)))
         # timestep of chain column j -> j + 1, for j = 0 .. K' - 1
-        self.register_buffer("ft_timesteps", torch.arange(c.ft_steps - 1, -1, -1, dtype=torch.int64))
+        self.register_buffer("ft_timesteps", torch.arange(c.ft_steps - 1, -1, -1, dtype=torch.int64), persistent=False)
 
     # -- helpers ---------------------------------------------------------------------------------------------------
     @property
@@ -239,8 +240,9 @@ class DiffusionPolicy(nn.Module):
         mean = schedule.ddpm_mean(x_from, self.denoiser(obs_norm, x_from, t), t, self.tables, c.denoised_clip)
         std = self.ddpm_posterior_std[t].clamp_min(c.min_logprob_std).unsqueeze(-1)  # [..., 1]
         log_density = -0.5 * ((x_to - mean) / std).square() - std.log() - 0.5 * math.log(2.0 * math.pi)
+        log_density = log_density.clamp(c.log_prob_min, c.log_prob_max)  # per dimension, then reduced (as DPPO)
         reduced = log_density.mean(-1) if c.log_prob_reduce == "mean" else log_density.sum(-1)
-        return reduced.clamp(c.log_prob_min, c.log_prob_max), mean
+        return reduced, mean
 
     def _chain_log_prob(self, obs_norm: torch.Tensor, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         steps = chain.shape[1] - 1

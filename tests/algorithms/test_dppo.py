@@ -124,7 +124,7 @@ def test_bad_diffusion_settings_are_refused_at_config_load(tmp_path, policy, mes
 
 
 def test_dppo_trains_checkpoints_and_resumes_with_the_frozen_base(tmp_path):
-    config = _experiment(tmp_path, {"name": "dppo", "minibatch_size": 64, "epochs": 2}, total_steps=128)
+    config = _experiment(tmp_path, {"name": "dppo", "minibatch_size": 64, "epochs": 2}, {"ft_steps": 6}, 128)
     first = train(config, stop_at_iteration=1)
     state = load_checkpoint(first.run_dir / LAST_CHECKPOINT)["loop"]["policy"]
     assert bool(state["base_frozen"])
@@ -133,6 +133,18 @@ def test_dppo_trains_checkpoints_and_resumes_with_the_frozen_base(tmp_path):
     assert resumed.iterations == 2 and resumed.env_steps == 128
     final = load_checkpoint(first.run_dir / LAST_CHECKPOINT)["loop"]["policy"]
     assert torch.equal(final["base_denoiser.net.layers.0.weight"], state["base_denoiser.net.layers.0.weight"])
+
+
+def test_a_run_from_scratch_must_fine_tune_every_denoising_step(tmp_path):
+    with pytest.raises(ConfigError) as error:  # K' = 3 < K = 6 without init_from: 3 steps would stay random
+        build_loop(_experiment(tmp_path, {"name": "dppo"}), initialize=True)
+    assert "start from a pretrained policy (init_from=RUN_DIR)" in str(error.value)
+
+
+def test_dppo_refuses_an_asymmetric_clip(tmp_path):
+    algo = {"name": "dppo", "ratio": {"name": "clip_asymmetric", "clip_low": 0.01, "clip_high": 0.02}}
+    with pytest.raises(ConfigError, match="DPPO's clip range follows the denoising step"):
+        build_loop(_experiment(tmp_path, algo))
 
 
 @pytest.mark.parametrize("algo", [{"name": "ppo", "epochs": 1, "minibatch_size": 32}, {"name": "trpo"}])

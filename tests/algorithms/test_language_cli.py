@@ -28,8 +28,20 @@ def _robopt(*args: str) -> subprocess.CompletedProcess:
         (["env.kwargs.group_size=7"], "must be a multiple of group_size (7)"),
         (["env.kwargs.digits=9"], "digits"),
         (["algo.reduction=constant"], "reduction=constant needs loss_normalizer > 0"),
+        (["policy.max_new_tokens=12"], "set env.kwargs.max_new_tokens to the same value"),
+        (["rollout.advantage=gae", "rollout.leave_one_out=true"], "options of rollout.advantage=group"),
     ],
-    ids=["max_new_tokens", "model_path", "lora_targets", "context", "group", "task_option", "normalizer"],
+    ids=[
+        "max_new_tokens",
+        "model_path",
+        "lora_targets",
+        "context",
+        "group",
+        "task_option",
+        "normalizer",
+        "tokens",
+        "gae_options",
+    ],
 )
 def test_bad_language_input_is_one_line(tmp_path, overrides, message):
     result = _robopt("train", "configs/grpo_addition.yaml", f"log.run_root={tmp_path}", "--no-progress", *overrides)
@@ -42,6 +54,12 @@ def test_bad_language_input_is_one_line(tmp_path, overrides, message):
 def test_group_advantage_needs_grouped_rows(tmp_path):
     result = _robopt("train", "configs/ppo_pendulum.yaml", f"log.run_root={tmp_path}", "rollout.advantage=group")
     assert result.returncode == 2 and "rollout.advantage=group needs an env whose rows" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_trpo_needs_the_acting_logits(tmp_path):
+    result = _robopt("train", "configs/trpo_addition.yaml", f"log.run_root={tmp_path}", "policy.store_old_logits=false")
+    assert result.returncode == 2 and "set policy.store_old_logits=true" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 

@@ -105,17 +105,18 @@ def test_transition_log_prob_by_hand_2d_reduction_and_clamp(reduce):
         means_vars = [hand_mean(x, 0.5 * x + 0.2, t) for x in start]
         std = max(math.sqrt(means_vars[0][1]), 0.02)
         densities = [normal_log_density(m + d, m, std) for (m, _), d in zip(means_vars, offset)]
-        total = sum(densities) if reduce == "sum" else sum(densities) / 2
+        clamped = [min(max(density, -5.0), 2.0) for density in densities]  # per dimension, then reduced (DPPO)
+        total = sum(clamped) if reduce == "sum" else sum(clamped) / 2
         x_from.append(start)
         x_to.append([m + d for (m, _), d in zip(means_vars, offset)])
         timesteps.append(t)
-        expected.append((min(max(total, -5.0), 2.0), total))
+        expected.append((total, densities))
     log_prob, _ = policy.transition(
         torch.zeros(4, 1), torch.tensor(x_from), torch.tensor(x_to), torch.tensor(timesteps)
     )
     torch.testing.assert_close(log_prob, torch.tensor([e for e, _ in expected]), rtol=0, atol=1e-4)
-    unclamped = [u for _, u in expected]
-    assert unclamped[0] > 2.0 and unclamped[1] < -5.0 and -5.0 < unclamped[2] < 2.0  # both clamps and neither
+    raw = [densities for _, densities in expected]
+    assert min(raw[0]) > 2.0 and max(raw[1]) < -5.0 and all(-5.0 < d < 2.0 for d in raw[2])  # both clamps, neither
 
 
 # ---------------------------------------------------------------- DDPM step against DDPMScheduler.step

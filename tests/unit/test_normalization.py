@@ -73,3 +73,13 @@ def test_reward_scaler_over_a_rollout_equals_the_per_step_scaler():
     one_step = RewardScaler(num_envs=3, gamma=0.9)
     steps = [one_step(torch.tensor(rewards[t]), torch.tensor(dones[t])) for t in range(100)]  # [N] API
     np.testing.assert_allclose(torch.stack(steps).numpy(), expected, rtol=1e-10)
+
+
+def test_an_empty_batch_leaves_the_statistics_alone():
+    from robopt.core.normalization import RunningNormalizer
+
+    normalizer = RunningNormalizer(3)
+    normalizer.update(torch.ones(4, 3))
+    before = normalizer.state_dict()
+    normalizer.update(torch.zeros(0, 3))  # e.g. a DAPO rollout whose groups were all dropped
+    assert all(torch.equal(before[key], value) for key, value in normalizer.state_dict().items())
