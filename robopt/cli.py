@@ -101,8 +101,9 @@ def evaluate(
     video: Path | None = typer.Option(None, "--video", help="also record one episode to this MP4 file"),
     seed: int = typer.Option(10_000, "--seed", help="evaluation seed"),
     video_steps: int = typer.Option(1000, "--video-steps", help="at most this many env steps in the video"),
+    pass_k: int = typer.Option(0, "--pass-k", help="language runs: also pass@K over the held-out prompts (1..64)"),
 ) -> None:
-    """Mean and std of the deterministic policy's return over N episodes."""
+    """Mean and std of the deterministic policy's return over N episodes (language runs: held-out accuracy)."""
     if video is not None and sys.platform.startswith("linux"):  # headless OpenGL; read when mujoco is first imported
         import os
 
@@ -110,12 +111,25 @@ def evaluate(
     from robopt.evaluation import evaluate_run, record_video
 
     try:
+        if pass_k:  # checked before the greedy pass: a bad --pass-k costs nothing
+            from robopt.llm.evaluation import check_pass_k
+            from robopt.runner import load_run_config
+
+            check_pass_k(load_run_config(run_dir).env.id, pass_k)
         result = evaluate_run(run_dir, episodes, seed)
     except ConfigError as error:
         _fail(str(error))
     typer.echo(f"return {result.mean_return:.1f} +- {result.std_return:.1f} over {episodes} episodes "
                f"(mean length {result.mean_length:.0f})"
                + ("" if result.success_rate is None else f", success rate {result.success_rate:.2f}"))  # fmt: skip
+    if pass_k:
+        from robopt.llm.evaluation import pass_at_k
+
+        try:
+            value = pass_at_k(run_dir, episodes, pass_k, seed)
+        except ConfigError as error:
+            _fail(str(error))
+        typer.echo(f"pass@{pass_k} {value:.3f} over {episodes} held-out prompts ({pass_k} samples each)")
     if video is not None:
         try:
             frames = record_video(run_dir, video, seed=seed, max_steps=video_steps)

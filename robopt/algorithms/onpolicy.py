@@ -88,6 +88,7 @@ class OnPolicyLoop:
         self.iteration_count = 0
         self.env_steps = 0
         self.accuracy: list[torch.Tensor] = []
+        self.verifier_failures: list[torch.Tensor] = []
 
     @property
     def steps_per_iteration(self) -> int:
@@ -100,6 +101,7 @@ class OnPolicyLoop:
         storage, env, policy = self.storage, self.env, self.policy
         ended_return, ended_length = [], []  # T tensors of [N]
         self.accuracy = accuracy = []
+        self.verifier_failures = failures = []
         obs, privileged = self.obs, None
         for t in range(storage.num_steps):
             action, info = policy.act(obs)  # [N, A]; values are computed for the whole rollout at once later
@@ -115,6 +117,8 @@ class OnPolicyLoop:
             )  # fmt: skip
             if "accuracy" in env_info:  # language tasks: exact-match accuracy of the completions
                 accuracy.append(env_info["accuracy"].mean())
+            if "verifier_failed" in env_info:  # language tasks: rows whose reward functions failed (scored 0)
+                failures.append(env_info["verifier_failed"].sum())
             ended_return.append(env_info["episode_return"])
             ended_length.append(env_info["episode_length"])
             obs = next_obs
@@ -196,6 +200,8 @@ class OnPolicyLoop:
             values["dropped_fraction"] = self.dropped_fraction
         if self.accuracy:
             values["accuracy"] = float(torch.stack(self.accuracy).mean())
+        if self.verifier_failures:
+            values["verifier_failures"] = float(torch.stack(self.verifier_failures).sum())
         for name, value in values.items():
             if not math.isfinite(value):
                 raise NonFiniteError(f"iteration {self.iteration_count}: non-finite {name} ({value})")

@@ -18,10 +18,10 @@ from robopt.buffers.rollout import RolloutBatch
 from robopt.config import ConfigError, option
 from robopt.core.advantages import normalize_advantage
 from robopt.core.compiled import CompiledFirstOrderStep, compile_unavailable_reason
-from robopt.core.losses import explained_variance, value_error
+from robopt.core.losses import explained_variance, kl_estimate, value_error
 from robopt.core.protocols import SupportsEntropy, SupportsKL, require
 from robopt.core.schedules import SCHEDULES, make_schedule
-from robopt.core.surrogates import REDUCTIONS, RatioControl, kl_estimate, masked_mean, ratio_metrics, surrogate
+from robopt.core.surrogates import REDUCTIONS, RatioControl, masked_mean, ratio_metrics, surrogate
 from robopt.core.updaters import FirstOrderUpdater
 
 
@@ -90,6 +90,9 @@ def ppo_loss(
         policy_loss = policy_loss + ref_coef * reference
         if with_metrics:
             metrics["reference_kl"] = reference.detach()
+    if with_metrics and mask is not None:  # language: from the acting pass's stored numbers, no forward pass
+        metrics["completion_length"] = mask.sum(-1).float().mean()  # tokens per completion, stop included
+        metrics["token_nll"] = -masked_mean(info["log_prob"], mask)  # -log pi_act(a_t): a per-token entropy estimate
     value = critic(batch.critic_input)  # [B] (obs, or cat(obs, privileged) for a privileged critic)
     squared_error = value_error(
         value, batch.return_target, batch.value, config.value_clip if config.value_clip > 0 else None

@@ -1,9 +1,13 @@
-"""Value losses (pure functions returning (loss, metrics)). Shapes: B batch."""
+"""Value losses (pure functions returning (loss, metrics)) and the per-element KL estimators of a reference-KL
+penalty (``kl_estimate``). Shapes: B batch, L tokens."""
 
 from __future__ import annotations
 
 import torch
 from torch.nn import functional
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+"""Values accepted by ``kl_estimate(estimator=...)``."""
 
 
 def value_error(
@@ -39,3 +43,32 @@ def value_loss(
 def explained_variance(value: torch.Tensor, return_target: torch.Tensor) -> torch.Tensor:
     """1 - Var(R - V) / Var(R): 1 is a perfect critic, 0 no better than a constant."""
     return 1.0 - (return_target - value).var() / return_target.var().clamp_min(1e-8)
+
+
+def kl_estimate(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
+    """Elementwise estimate of KL(p || q) from samples x ~ p (Schulman 2020, "Approximating KL divergence").
+
+    p is the current policy, q the reference, log r = log q(x) - log p(x): k1 = -log r (unbiased, can be < 0);
+    k2 = (log r)^2 / 2 (biased, low variance); k3 = (r - 1) - log r (unbiased and >= 0; GRPO's KL term).
+
+    Args:
+        log_prob: log p(x), any shape (e.g. [B, L] per token).
+        ref_log_prob: log q(x), the same shape.
+        estimator: one of ``KL_ESTIMATORS``.
+
+    Returns:
+        The estimate per element, the shape of ``log_prob``; average it (e.g. ``robopt.core.surrogates.masked_mean``)
+        for the KL.
+    """
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl estimator={estimator!r} is unknown; allowed: {', '.join(KL_ESTIMATORS)}")
+    if log_prob.shape != ref_log_prob.shape:
+        raise ValueError(
+            f"ref_log_prob shape {list(ref_log_prob.shape)} does not match log_prob {list(log_prob.shape)}"
+        )
+    log_r = ref_log_prob - log_prob
+    if estimator == "k1":
+        return -log_r
+    if estimator == "k2":
+        return 0.5 * log_r**2
+    return torch.expm1(log_r) - log_r  # expm1: exact near r = 1, where k3 ~ (log r)^2 / 2

@@ -43,7 +43,8 @@ n_b the number of valid entries of row b:
 
 The ratio metrics (approx_kl, ratio_mean_abs_dev, ratio_max) are masked means over the token log-ratios whatever
 the reduction and level (the KL early stop reads approx_kl); clip_fraction is the masked mean of the entries whose
-objective ratio (r_b at sequence level) lies off its band. ``kl_estimate``: KL to a reference policy, k1/k2/k3.
+objective ratio (r_b at sequence level) lies off its band.
+The KL to a reference policy (k1/k2/k3 estimators) is ``robopt.core.losses.kl_estimate``.
 """
 
 from __future__ import annotations
@@ -69,9 +70,6 @@ RATIO_LEVELS = ("token", "sequence")
 
 REDUCTIONS = ("mean", "token_mean", "sequence_mean", "constant")
 """Values accepted by ``surrogate(reduction=...)``."""
-
-KL_ESTIMATORS = ("k1", "k2", "k3")
-"""Values accepted by ``kl_estimate(estimator=...)``."""
 
 
 def _broadcast_advantage(advantage: torch.Tensor, log_ratio: torch.Tensor) -> torch.Tensor:
@@ -233,34 +231,6 @@ def adapt_kl_coef(coef: float, measured_kl: float, target: float, factor: float 
     if measured_kl > target * tolerance:
         return coef * factor
     return coef
-
-
-def kl_estimate(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
-    """Elementwise estimate of KL(p || q) from samples x ~ p (Schulman 2020, "Approximating KL divergence").
-
-    p is the current policy, q the reference, log r = log q(x) - log p(x): k1 = -log r (unbiased, can be < 0);
-    k2 = (log r)^2 / 2 (biased, low variance); k3 = (r - 1) - log r (unbiased and >= 0; GRPO's KL term).
-
-    Args:
-        log_prob: log p(x), any shape (e.g. [B, L] per token).
-        ref_log_prob: log q(x), the same shape.
-        estimator: one of ``KL_ESTIMATORS``.
-
-    Returns:
-        The estimate per element, the shape of ``log_prob``; average it (e.g. ``masked_mean``) for the KL.
-    """
-    if estimator not in KL_ESTIMATORS:
-        raise ValueError(f"kl estimator={estimator!r} is unknown; allowed: {', '.join(KL_ESTIMATORS)}")
-    if log_prob.shape != ref_log_prob.shape:
-        raise ValueError(
-            f"ref_log_prob shape {list(ref_log_prob.shape)} does not match log_prob {list(log_prob.shape)}"
-        )
-    log_r = ref_log_prob - log_prob
-    if estimator == "k1":
-        return -log_r
-    if estimator == "k2":
-        return 0.5 * log_r**2
-    return torch.expm1(log_r) - log_r  # expm1: exact near r = 1, where k3 ~ (log r)^2 / 2
 
 
 def _field(default: object, doc: str, choices: tuple[str, ...] | None = None) -> object:

@@ -4,7 +4,7 @@ Shapes: N rows = prompts x G (``group_size``), P prompt width in tokens, T compl
 
 Each row holds one prompt; rows come in consecutive groups of G that share a prompt (what ``rollout.advantage:
 group`` baselines against). ``step(action [N, T])`` decodes every completion, scores it with the task's verifier
-(``robopt.llm.tasks.Verifier``) and ends every row's episode (``terminated``): the reward is the episode's
+(``robopt.llm.rewards.Verifier``) and ends every row's episode (``terminated``): the reward is the episode's
 return, the next observation a freshly drawn prompt. Observations are the byte-token ids of ``BOS + prompt``,
 left-padded with PAD, as float32 ``[N, P]`` (the rollout storage is float; ids below 2^24 are exact), and actions
 the completion's token ids (any dtype; PAD after a row's stop token).
@@ -23,8 +23,9 @@ import torch
 
 from robopt.config import ConfigError
 from robopt.envs.registry import register_torch_task
-from robopt.llm.policy import PAD, VOCAB_SIZE, ByteTokenizer, encode_prompts
-from robopt.llm.tasks import SPLITS, STOP, Verifier, exact_match, make_task
+from robopt.llm.rewards import Verifier, exact_match, sft_completion
+from robopt.llm.tasks import SPLITS, STOP, make_task
+from robopt.llm.tokens import PAD, VOCAB_SIZE, ByteTokenizer, encode_prompts
 
 
 class PromptEnv:
@@ -142,8 +143,6 @@ def text_expert(env: PromptEnv, seed: int, error_rate: float | None = None):
     Returns ``act(obs [N, P]) -> completion ids [N, T]`` (PAD-filled) for the env's current problems: the
     demonstrations of a supervised warm start (``robopt collect --expert robopt/Text``, then ``robopt pretrain``).
     """
-    from robopt.llm.tasks import sft_completion
-
     rate = env.expert_error_rate if error_rate is None else error_rate
     rng = random.Random(f"expert|{seed}")
 

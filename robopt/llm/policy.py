@@ -2,11 +2,11 @@
 
 Shapes: B batch (or N envs), P prompt width (obs), T completion length (``max_new_tokens``), V vocabulary size.
 
-Tokens are bytes (``ByteTokenizer``): ids 0..255 are the UTF-8 bytes, then PAD=256, BOS=257, EOS=258. An
-observation is a batch of prompts ``obs [B, P]`` int64, each BOS + prompt bytes, left-padded with PAD so that
-generation continues from the right edge; an action is the completion ``action [B, T]`` int64, PAD after the row
-stopped. A row stops at the stop byte (``stop``, a newline by default) or EOS; ``mask [B, T]`` is true up to and
-including that token. The action vocabulary is the 256 bytes and EOS: PAD, BOS and any id above EOS get
+Tokens are bytes (``ByteTokenizer``, robopt.llm.tokens): ids 0..255 are the UTF-8 bytes, then PAD=256, BOS=257,
+EOS=258. An observation is a batch of prompts ``obs [B, P]`` int64, each BOS + prompt bytes, left-padded with PAD
+so that generation continues from the right edge; an action is the completion ``action [B, T]`` int64, PAD after
+the row stopped. A row stops at the stop byte (``stop``, a newline by default) or EOS; ``mask [B, T]`` is true up to
+and including that token. The action vocabulary is the 256 bytes and EOS: PAD, BOS and any id above EOS get
 probability 0 (their logits are set to -inf) in sampling and in every log-probability, entropy and KL below.
 
 Acting samples token by token with a KV cache, at ``temperature`` and nucleus ``top_p`` (greedy when
@@ -16,8 +16,10 @@ weights, and it is the ratio of the untempered model (pi_theta(a_t | s, a_<t) as
 it; with temperature != 1 or top_p < 1 the samples come from a sharpened version of it). Dropout is always off: the
 policy keeps its model in eval mode whatever ``train()`` says, since dropout would make the ratio noisy.
 
-The reference (for the reference-KL penalty, ``ref_log_prob``) is a frozen copy of the initial weights under full
-fine-tuning, and the same model with its adapters disabled under LoRA (no copy).
+The model is a tiny new GPT-2 or Llama or a local pretrained one, optionally with LoRA adapters (built by
+robopt.llm.models). The reference (for the reference-KL penalty, ``ref_log_prob``; the algorithm estimates the KL
+with ``robopt.core.losses.kl_estimate``) is a frozen copy of the initial weights under full fine-tuning, and the
+same model with its adapters disabled under LoRA (no copy).
 
 Abilities: ``kl(obs, info) -> [B, T]`` is the exact per-token KL(pi_act || pi_current) over the vocabulary; it
 needs the acting log-softmax, stored only when ``store_old_logits`` is on. ``imitation_loss`` is the masked mean
@@ -30,35 +32,25 @@ from __future__ import annotations
 
 import copy
 import inspect
-import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from robopt.config import option
+from robopt.llm.models import ARCHITECTURES, pretrained_model, tiny_model, wrap_lora
+from robopt.llm.tokens import (
+    EOS,
+    PAD,
+    ByteTokenizer,
+    action_log_softmax,
+    completion_mask,
+    encode_prompts,
+    gather_tokens,
+    sample_tokens,
+)
 
-PAD, BOS, EOS = 256, 257, 258
-VOCAB_SIZE = 259
-ARCHITECTURES = ("gpt2", "llama")
 KL_ESTIMATORS = ("k1", "k3")
-# peft's usual targets: the attention input projections of each architecture
-DEFAULT_LORA_TARGETS = {"gpt2": ("c_attn",), "llama": ("q_proj", "v_proj")}
-
-
-class ByteTokenizer:
-    """UTF-8 bytes as token ids 0..255 plus PAD, BOS, EOS; nothing to download."""
-
-    pad_id, bos_id, eos_id, vocab_size = PAD, BOS, EOS, VOCAB_SIZE
-
-    def encode(self, text: str) -> list[int]:
-        """The UTF-8 bytes of ``text`` (no special tokens)."""
-        return list(text.encode("utf-8"))
-
-    def decode(self, ids) -> str:
-        """The text of the byte ids in ``ids`` (special ids skipped; invalid UTF-8 replaced)."""
-        return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
 
 
 @dataclass(frozen=True)
@@ -127,153 +119,6 @@ class NoNormalizer(nn.Module):
         return x
 
 
-# ---------------------------------------------------------------- pure functions
-
-
-def encode_prompts(prompts: list[str], width: int, tokenizer: ByteTokenizer | None = None) -> torch.Tensor:
-    """BOS + bytes of each prompt, left-padded with PAD to ``obs [B, width]`` int64 (ValueError if one is longer)."""
-    tokenizer = tokenizer or ByteTokenizer()
-    rows = []
-    for i, prompt in enumerate(prompts):
-        ids = [tokenizer.bos_id, *tokenizer.encode(prompt)]
-        if len(ids) > width:
-            raise ValueError(
-                f"prompt {i} is {len(ids)} tokens (BOS included) but the policy takes at most {width} "
-                f"(max_context - max_new_tokens or the env's max_prompt_len + 1)"
-            )
-        rows.append([tokenizer.pad_id] * (width - len(ids)) + ids)
-    return torch.tensor(rows, dtype=torch.int64).reshape(len(prompts), width)
-
-
-def completion_mask(action: torch.Tensor, stop_id: int | None) -> torch.Tensor:
-    """mask [B, T] bool: true at every real token up to and including the first stop byte or EOS of each row."""
-    ended = action == EOS
-    if stop_id is not None:
-        ended = ended | (action == stop_id)
-    ended = ended.long()
-    ends_before = ended.cumsum(-1) - ended  # [B, T] stops strictly before t
-    return (ends_before == 0) & (action != PAD)
-
-
-def action_log_softmax(logits: torch.Tensor) -> torch.Tensor:
-    """log pi over the action vocabulary [..., V] in float32: PAD, BOS and ids above EOS get -inf."""
-    ids = torch.arange(logits.shape[-1], device=logits.device)
-    invalid = (ids == PAD) | (ids == BOS) | (ids > EOS)  # [V]
-    return torch.log_softmax(logits.float().masked_fill(invalid, float("-inf")), dim=-1)
-
-
-def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, deterministic: bool) -> torch.Tensor:
-    """Next tokens [B] from logits [B, V]: argmax, or a draw at ``temperature`` from the top-``top_p`` nucleus.
-
-    Nucleus sampling (Holtzman et al. 2020): keep the most probable tokens while the mass before them is < top_p
-    (the smallest set holding at least top_p), renormalize, draw.
-    """
-    log_probs = action_log_softmax(logits)
-    if deterministic:
-        return log_probs.argmax(-1)
-    probs = torch.softmax(log_probs / temperature, dim=-1)  # -inf / temperature stays -inf: probability 0
-    if top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        mass_before = sorted_probs.cumsum(-1) - sorted_probs
-        sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
-        return order.gather(-1, torch.multinomial(sorted_probs, 1)).squeeze(-1)
-    return torch.multinomial(probs, 1).squeeze(-1)
-
-
-def gather_tokens(log_probs: torch.Tensor, action: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """log pi(a_t) [B, T] from log_probs [B, T, V]; 0 where mask is false (PAD ids are looked up as byte 0)."""
-    picked = log_probs.gather(-1, torch.where(mask, action, 0).unsqueeze(-1)).squeeze(-1)
-    return torch.where(mask, picked, torch.zeros_like(picked))
-
-
-def reference_kl(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, mask: torch.Tensor, estimator: str):
-    """Per-token estimate [B, T] of KL(pi || pi_ref) from tokens sampled from pi; 0 where mask is false.
-
-    k1 = log pi - log pi_ref (unbiased, can be negative); k3 = r - 1 - log r with r = pi_ref / pi (unbiased,
-    never negative; Schulman 2020, "Approximating KL divergence").
-    """
-    log_r = ref_log_prob - log_prob
-    value = -log_r if estimator == "k1" else torch.expm1(log_r) - log_r
-    return torch.where(mask, value, torch.zeros_like(value))
-
-
-# ---------------------------------------------------------------- model construction
-
-
-def _tiny_model(config: LanguagePolicyConfig) -> nn.Module:
-    import transformers
-
-    special = {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD}
-    c = config
-    if c.architecture == "gpt2":
-        model_config = transformers.GPT2Config(
-            vocab_size=VOCAB_SIZE, n_positions=c.max_context, n_embd=c.hidden, n_layer=c.layers, n_head=c.heads,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **special,
-        )  # fmt: skip
-    else:
-        model_config = transformers.LlamaConfig(
-            vocab_size=VOCAB_SIZE, hidden_size=c.hidden, intermediate_size=4 * c.hidden,
-            num_hidden_layers=c.layers, num_attention_heads=c.heads, num_key_value_heads=c.heads,
-            max_position_embeddings=c.max_context, attention_dropout=0.0, **special,
-        )  # fmt: skip
-    # eager attention: torch's fused CPU attention has no double backward, which TRPO's Fisher products need
-    return transformers.AutoModelForCausalLM.from_config(model_config, attn_implementation="eager")
-
-
-def _pretrained_model(config: LanguagePolicyConfig) -> nn.Module:
-    import transformers
-
-    path = config.model_path
-    if not Path(path).is_dir():
-        raise ValueError(f"model_path {path!r} is not a directory (a local Hugging Face model directory)")
-    try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, dtype=torch.float32, attn_implementation="eager"
-        )
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-        raise ValueError(f"model_path {path!r} does not hold a causal language model: {reason}") from None
-    vocab = getattr(model.config, "vocab_size", 0) or 0
-    if vocab < VOCAB_SIZE:
-        raise ValueError(f"model_path {path!r}: vocabulary of {vocab} ids, the byte tokenizer needs {VOCAB_SIZE}")
-    positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
-    if positions is not None and positions < config.max_context:
-        raise ValueError(f"model_path {path!r}: {positions} positions, fewer than max_context {config.max_context}")
-    return model
-
-
-def _linear_names(model: nn.Module) -> list[str]:
-    """Last name component of every linear layer (nn.Linear or GPT-2's Conv1D), in order, without repeats."""
-    from transformers.pytorch_utils import Conv1D
-
-    names = [name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, (nn.Linear, Conv1D))]
-    return list(dict.fromkeys(names))
-
-
-def _wrap_lora(model: nn.Module, config: LanguagePolicyConfig) -> nn.Module:
-    import peft
-    from transformers.pytorch_utils import Conv1D
-
-    linear = _linear_names(model)
-    targets = config.lora_targets or DEFAULT_LORA_TARGETS.get(
-        model.config.model_type, tuple(n for n in linear if n != "lm_head")
-    )
-    missing = [t for t in targets if t not in linear]
-    if missing:
-        raise ValueError(
-            f"lora_targets {missing} are not linear modules of this {model.config.model_type} model; "
-            f"its linear modules: {', '.join(linear)}"
-        )
-    targeted = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] in targets]
-    lora = peft.LoraConfig(
-        r=config.lora_rank, lora_alpha=config.lora_alpha, target_modules=list(targets), lora_dropout=0.0,
-        bias="none", task_type="CAUSAL_LM", fan_in_fan_out=any(isinstance(m, Conv1D) for m in targeted),
-    )  # fmt: skip
-    with warnings.catch_warnings():  # peft 0.21 calls a transformers 5 method deprecated in favour of another
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        return peft.get_peft_model(model, lora)
-
-
 # ---------------------------------------------------------------- policy
 
 
@@ -295,11 +140,11 @@ class LanguagePolicy(nn.Module):
         self.tokenizer = ByteTokenizer()
         self.stop_id = self.tokenizer.encode(config.stop)[0] if config.stop else None
         self.normalizer = NoNormalizer()
-        model = _pretrained_model(config) if config.model_path else _tiny_model(config)
+        model = pretrained_model(config) if config.model_path else tiny_model(config)
         forward_parameters = inspect.signature(type(model).forward).parameters
         self._cache_name = "cache" if "cache" in forward_parameters else "past_key_values"  # transformers 5 vs 4
         if config.lora_rank > 0:
-            self.model = _wrap_lora(model, config)  # peft freezes every base weight
+            self.model = wrap_lora(model, config)  # peft freezes every base weight
             self.reference = None  # the base model with adapters disabled
         else:
             self.reference = copy.deepcopy(model).requires_grad_(False)

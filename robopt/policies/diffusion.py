@@ -36,7 +36,7 @@ from torch import nn
 from robopt.config import option
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
 from robopt.policies import diffusion_schedule as schedule
-from robopt.policies.networks import MLP
+from robopt.policies.networks import MLP, register_action_bounds
 
 NETWORKS = ("mlp", "unet")
 REDUCTIONS = ("mean", "sum")
@@ -152,13 +152,7 @@ class DiffusionPolicy(nn.Module):
         ddim = schedule.ddim_tables(c.denoising_steps, c.beta_schedule, c.denoised_clip, c.ddim_steps)
         for name, table in ddim.items():
             self.register_buffer(f"ddim_{name}", table, persistent=False)
-        low = torch.as_tensor(action_low, dtype=torch.float32).reshape(action_dim)
-        high = torch.as_tensor(action_high, dtype=torch.float32).reshape(action_dim)
-        finite = torch.isfinite(low) & torch.isfinite(high)
-        self.register_buffer("action_low", low)
-        self.register_buffer("action_high", high)
-        self.register_buffer("action_centre", torch.where(finite, (high + low) / 2, torch.zeros_like(low)))
-        self.register_buffer("action_half_range", torch.where(finite, (high - low) / 2, torch.ones_like(low)))
+        register_action_bounds(self, action_low, action_high, action_dim)
         # timestep of chain column j -> j + 1, for j = 0 .. K' - 1
         self.register_buffer("ft_timesteps", torch.arange(c.ft_steps - 1, -1, -1, dtype=torch.int64), persistent=False)
 

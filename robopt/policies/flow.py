@@ -27,7 +27,7 @@ from torch import nn
 
 from robopt.config import option
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
-from robopt.policies.networks import MLP
+from robopt.policies.networks import MLP, register_action_bounds
 
 INTEGRATORS = ("euler", "midpoint", "heun")
 RATIO_MODES = ("per_draw", "average")
@@ -127,14 +127,8 @@ class FlowPolicy(nn.Module):
         self.config, self.obs_dim, self.action_dim = config, obs_dim, action_dim
         self.normalizer = RunningNormalizer(obs_dim, enabled=config.normalize_obs)
         self.velocity = VelocityField(obs_dim, action_dim, config)
-        low = torch.as_tensor(action_low, dtype=torch.float32).reshape(action_dim)
-        high = torch.as_tensor(action_high, dtype=torch.float32).reshape(action_dim)
-        finite = torch.isfinite(low) & torch.isfinite(high)
         # normalized units y = (a - centre) / half_range on finite bounds; identity on unbounded dimensions
-        self.register_buffer("action_low", low)
-        self.register_buffer("action_high", high)
-        self.register_buffer("action_centre", torch.where(finite, (high + low) / 2, torch.zeros_like(low)))
-        self.register_buffer("action_half_range", torch.where(finite, (high - low) / 2, torch.ones_like(low)))
+        register_action_bounds(self, action_low, action_high, action_dim)
 
     def _obs_norm(self, obs: torch.Tensor) -> torch.Tensor:
         normalizer = self.normalizer

@@ -61,3 +61,18 @@ def _linear(width_in: int, width_out: int, gain: float, orthogonal_init: bool) -
         nn.init.orthogonal_(layer.weight, gain)
         nn.init.zeros_(layer.bias)
     return layer
+
+
+def register_action_bounds(module: nn.Module, low, high, action_dim: int) -> None:
+    """Buffers ``action_low``, ``action_high`` [A] and the affine map to normalized units on ``module``.
+
+    ``action_centre`` and ``action_half_range`` give y = (a - centre) / half_range in [-1, 1] on dimensions with
+    finite bounds, and the identity (centre 0, half-range 1) on unbounded ones (flow and diffusion policies).
+    """
+    low = torch.as_tensor(low, dtype=torch.float32).reshape(action_dim)
+    high = torch.as_tensor(high, dtype=torch.float32).reshape(action_dim)
+    finite = torch.isfinite(low) & torch.isfinite(high)
+    module.register_buffer("action_low", low)
+    module.register_buffer("action_high", high)
+    module.register_buffer("action_centre", torch.where(finite, (high + low) / 2, torch.zeros_like(low)))
+    module.register_buffer("action_half_range", torch.where(finite, (high - low) / 2, torch.ones_like(low)))

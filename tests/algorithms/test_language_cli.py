@@ -68,6 +68,24 @@ def test_train_then_eval_reports_heldout_accuracy(tmp_path):
                      "total_steps=128", "log.eval_episodes=8")  # fmt: skip
     assert result.returncode == 0, result.stderr
     (run_dir,) = (tmp_path / "grpo_addition").iterdir()
-    result = _robopt("eval", str(run_dir), "--episodes", "8")
+    result = _robopt("eval", str(run_dir), "--episodes", "8", "--pass-k", "4")
     assert result.returncode == 0, result.stderr
-    assert "success rate" in result.stdout  # exact-match accuracy on held-out prompts, one greedy completion each
+    greedy, sampled = result.stdout.strip().splitlines()[-2:]
+    assert "success rate" in greedy  # exact-match accuracy on held-out prompts, one greedy completion each
+    assert sampled.startswith("pass@4 ") and sampled.endswith("over 8 held-out prompts (4 samples each)")
+    assert float(sampled.split()[1]) * 8 in range(9)  # a fraction of the 8 prompts (n = k: any of 4 correct)
+    result = _robopt("eval", str(run_dir), "--pass-k", "65")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == "robopt: error: --pass-k must be in 1..64 (0: off), got 65"
+
+
+def test_pass_k_needs_a_language_run(tmp_path):
+    import yaml
+
+    from robopt.config import config_to_dict, load_config
+
+    config = load_config(ROOT / "configs/ppo_pendulum.yaml")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config)))
+    result = _robopt("eval", str(tmp_path), "--pass-k", "4")
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "--pass-k needs a language run" in result.stderr

@@ -1,7 +1,9 @@
-"""Language policy contract: per-token log-ratio exactly 0 after acting, stop masks, sampling options, LoRA, BC.
+"""Language policy contract: per-token log-ratio exactly 0 after acting, stop masks, sampling options, exact KL,
+entropy, BC, prompt bounds.
 
 Shapes: B batch, P prompt width (obs, BOS included), T completion length (max_new_tokens), V vocabulary (259).
-Every model is the tiny one built in code (2 layers, hidden 64, 4 heads) on CPU.
+Every model is the tiny one built in code (2 layers, hidden 64, 4 heads) on CPU. Tokens, LoRA, model_path and
+bad options: test_language_models.py.
 """
 
 from __future__ import annotations
@@ -12,98 +14,26 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from language_fakes import (
+    A_BYTE,
+    B_BYTE,
+    C_BYTE,
+    NEWLINE,
+    PROMPTS,
+    P,
+    T,
+    assert_one_line,
+    make_policy,
+    override_logits,
+    zeros_like_float,
+)
 
 from robopt.core.protocols import Policy, SupportsEntropy, SupportsImitation, SupportsKL
-from robopt.llm.policy import (
-    BOS,
-    EOS,
-    PAD,
-    ByteTokenizer,
-    LanguagePolicy,
-    LanguagePolicyConfig,
-    build_language_policy,
-    completion_mask,
-    reference_kl,
-)
+from robopt.llm.policy import LanguagePolicy, LanguagePolicyConfig, build_language_policy
+from robopt.llm.tokens import BOS, EOS, PAD
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
-
-P, T = 10, 6
-PROMPTS = ["12+3=", "hello", "a", "sort:cba="]
-A_BYTE, B_BYTE, C_BYTE, NEWLINE = ord("a"), ord("b"), ord("c"), ord("\n")
-
-
-def make_policy(**overrides) -> LanguagePolicy:
-    return LanguagePolicy(LanguagePolicyConfig(**{"max_new_tokens": T, **overrides}), prompt_width=P)
-
-
-def zeros_like_float(action: torch.Tensor) -> torch.Tensor:
-    return torch.zeros(action.shape, dtype=torch.float32)
-
-
-def override_logits(policy: LanguagePolicy, rule) -> None:
-    """Replace the LM head's output by ``rule(input_ids [B, L], logits [B, L', V])`` (L' <= L: logits_to_keep).
-
-    A forward pre-hook on the model records the input ids of each call, so the rule can depend on the token at
-    each position: the same rule then holds for the cached generation steps and the full scoring pass.
-    """
-    seen = {}
-    model = policy.model
-
-    def remember(module, args, kwargs):
-        seen["ids"] = kwargs["input_ids"]
-
-    def replace(module, args, output):
-        ids = seen["ids"][:, -output.shape[1] :]
-        return rule(ids, output)
-
-    model.register_forward_pre_hook(remember, with_kwargs=True)
-    model.get_output_embeddings().register_forward_hook(replace)
-
-
-# ---------------------------------------------------------------- tokenizer and pure functions
-
-
-def test_byte_tokenizer_round_trip():
-    tokenizer = ByteTokenizer()
-    assert tokenizer.encode("hé\n") == [104, 0xC3, 0xA9, 10]  # é is two UTF-8 bytes
-    assert tokenizer.decode([BOS, 104, 0xC3, 0xA9, 10, EOS, PAD]) == "hé\n"  # specials skipped
-    assert (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id, tokenizer.vocab_size) == (256, 257, 258, 259)
-
-
-def test_encode_prompts_left_pads_after_bos():
-    policy = make_policy()
-    obs = policy.encode_prompts(["ab", ""])
-    assert obs.dtype == torch.int64 and obs.shape == (2, P)
-    assert obs[0].tolist() == [PAD] * 7 + [BOS, 97, 98]
-    assert obs[1].tolist() == [PAD] * 9 + [BOS]
-
-
-def test_completion_mask_by_hand():
-    action = torch.tensor(
-        [
-            [97, NEWLINE, 98, PAD],  # stop at 1: tokens 0, 1
-            [EOS, 97, 97, 97],  # EOS first: token 0 only
-            [97, 98, 99, 100],  # never stops: all
-            [97, 98, PAD, PAD],  # demonstration without a stop: the real tokens
-        ]
-    )
-    expected = [[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]]
-    assert completion_mask(action, NEWLINE).int().tolist() == expected
-    assert completion_mask(action, None).int().tolist()[0] == [1, 1, 1, 0]  # newline is an ordinary byte
-
-
-def test_reference_kl_estimators_by_hand():
-    log_prob = torch.tensor([[-1.0, -0.5]])
-    ref = torch.tensor([[-2.0, -0.5]])
-    mask = torch.tensor([[True, False]])
-    # k1 = log pi - log pi_ref = -1 + 2 = 1; k3 = e^(-1) - 1 - (-1) = 0.367879
-    assert torch.allclose(reference_kl(log_prob, ref, mask, "k1"), torch.tensor([[1.0, 0.0]]))
-    assert torch.allclose(reference_kl(log_prob, ref, mask, "k3"), torch.tensor([[math.exp(-1), 0.0]]))
-
-
-# ---------------------------------------------------------------- policy contract
 
 
 @pytest.mark.parametrize("architecture", ["gpt2", "llama"])
@@ -331,48 +261,6 @@ def test_exact_kl_and_entropy_against_torch_distributions():
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize(("architecture", "adapted"), [("gpt2", "c_attn"), ("llama", "q_proj")])
-def test_lora_trains_only_adapters_and_reference_is_the_base(architecture, adapted):
-    policy = make_policy(architecture=architecture, lora_rank=4)
-    trainable = [name for name, p in policy.named_parameters() if p.requires_grad]
-    assert trainable and all("lora_" in name for name in trainable)
-    assert any(adapted in name for name in trainable)
-    assert policy.reference is None  # no copy: the base with adapters disabled
-    frozen = copy.deepcopy(policy)
-
-    obs = policy.encode_prompts(PROMPTS)
-    action, info = policy.act(obs)
-    assert torch.equal(policy.log_ratio(obs, action, info), zeros_like_float(action))
-    optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=1e-2)
-    for _ in range(2):  # lora_B starts at 0: the first step moves B, the second makes A matter too
-        optimizer.zero_grad()
-        policy.imitation_loss(obs, action).sum().backward()
-        optimizer.step()
-
-    base = {n: p for n, p in frozen.named_parameters() if "lora_" not in n}
-    assert all(torch.equal(p, base[n]) for n, p in policy.named_parameters() if "lora_" not in n)
-    action, info = policy.act(obs)
-    assert torch.equal(policy.log_ratio(obs, action, info), zeros_like_float(action))
-    # the reference is the untouched base (the frozen copy's adapters are still 0): same numbers
-    assert torch.allclose(info["ref_log_prob"], frozen.token_log_prob(obs, action), atol=1e-6)
-    assert not torch.allclose(info["log_prob"], info["ref_log_prob"], atol=1e-3)
-
-
-def test_save_pretrained_then_model_path_loads_the_same_model(tmp_path):
-    policy = make_policy(architecture="llama")
-    policy.model.save_pretrained(tmp_path)
-    loaded = make_policy(architecture="gpt2", model_path=str(tmp_path))  # architecture is ignored with a path
-    assert type(loaded.model).__name__ == "LlamaForCausalLM"
-    obs = policy.encode_prompts(PROMPTS)
-    action, info = policy.act(obs, deterministic=True)
-    loaded_action, loaded_info = loaded.act(obs, deterministic=True)
-    assert torch.equal(loaded_action, action)
-    assert torch.allclose(loaded_info["log_prob"], info["log_prob"], atol=1e-6)
-    assert torch.equal(loaded_info["ref_log_prob"], loaded_info["log_prob"])
-    lora = make_policy(model_path=str(tmp_path), lora_rank=2)  # LoRA on a loaded model
-    assert all("lora_" in n for n, p in lora.named_parameters() if p.requires_grad)
-
-
 def test_build_from_env_uses_its_prompt_bound():
     policy = build_language_policy(LanguagePolicyConfig(max_new_tokens=4), SimpleNamespace(max_prompt_len=12))
     assert policy.obs_dim == 13 and policy.encode_prompts(["x" * 12]).shape == (1, 13)
@@ -386,59 +274,6 @@ def test_dropout_stays_off_in_train_mode():
     policy = make_policy()
     policy.train()
     assert policy.training and not policy.model.training and not policy.reference.training
-
-
-# ---------------------------------------------------------------- one-line errors
-
-
-def assert_one_line(error: pytest.ExceptionInfo, *fragments: str) -> None:
-    message = str(error.value)
-    assert "\n" not in message, message
-    for fragment in fragments:
-        assert fragment in message, message
-
-
-@pytest.mark.parametrize(
-    ("overrides", "fragment"),
-    [
-        ({"max_new_tokens": 0}, "max_new_tokens must be >= 1"),
-        ({"temperature": 0.0}, "temperature must be > 0"),
-        ({"temperature": -1.0}, "temperature must be > 0"),
-        ({"top_p": 0.0}, "top_p must be in (0, 1]"),
-        ({"top_p": 1.5}, "top_p must be in (0, 1]"),
-        ({"lora_rank": -1}, "lora_rank must be >= 0"),
-        ({"stop": "ab"}, "stop must be one ASCII character"),
-        ({"stop": "é"}, "stop must be one ASCII character"),
-        ({"hidden": 30, "heads": 4}, "heads dividing hidden"),
-        ({"max_context": 8, "max_new_tokens": 8}, "max_context (8) must be >= max_new_tokens + 2"),
-        ({"log_ratio_clamp": 0.0}, "log_ratio_clamp must be > 0"),
-    ],
-)
-def test_bad_options_raise_one_line(overrides, fragment):
-    with pytest.raises(ValueError) as error:
-        LanguagePolicyConfig(**overrides)
-    assert_one_line(error, fragment)
-
-
-def test_bad_lora_targets_name_them_and_list_the_linear_modules():
-    with pytest.raises(ValueError) as error:
-        make_policy(lora_rank=2, lora_targets=("q_proj", "c_attn"))
-    assert_one_line(error, "['q_proj']", "c_attn, c_proj, c_fc, lm_head")
-
-
-def test_missing_or_wrong_model_path(tmp_path):
-    with pytest.raises(ValueError) as error:
-        make_policy(model_path=str(tmp_path / "absent"))
-    assert_one_line(error, "is not a directory")
-    with pytest.raises(ValueError) as error:
-        make_policy(model_path=str(tmp_path))  # empty directory: no config.json
-    assert_one_line(error, "does not hold a causal language model")
-    import transformers
-
-    transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(tmp_path)
-    with pytest.raises(ValueError) as error:
-        make_policy(model_path=str(tmp_path))  # a vision model's config
-    assert_one_line(error, "does not hold a causal language model")
 
 
 def test_too_long_prompt_and_completion_raise_one_line():

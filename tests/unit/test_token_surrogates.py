@@ -12,10 +12,10 @@ import math
 import pytest
 import torch
 
+from robopt.core.losses import kl_estimate
 from robopt.core.surrogates import (
     REDUCTIONS,
     RatioControl,
-    kl_estimate,
     masked_mean,
     plain_surrogate,
     sequence_log_ratio,
