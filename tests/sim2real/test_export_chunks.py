@@ -27,7 +27,7 @@ ROOT = Path(__file__).parents[2]
 H = 2
 TINY = ["total_steps=16", "env.num_envs=2", "rollout.num_steps=8", "algo.minibatch_size=16", "algo.epochs=1",
         "log.eval_episodes=0", "log.progress=false", "policy.hidden=[16,16]", "critic.hidden=[16]",
-        f"policy.horizon={H}", "policy.denoising_steps=4", "policy.ft_steps=2", "policy.ddim_steps=2"]  # fmt: skip
+        f"policy.horizon={H}", "policy.denoising_steps=4", "policy.ft_steps=4", "policy.ddim_steps=2"]  # fmt: skip
 
 
 def tiny_dppo_run(root: Path, *overrides: str) -> Path:

@@ -87,7 +87,7 @@ def test_collect_from_a_chunked_run_records_per_step_transitions(tmp_path):
 
     overrides = ["total_steps=16", "env.num_envs=2", "rollout.num_steps=8", "algo.minibatch_size=16",
                  "algo.epochs=1", "log.eval_episodes=0", "log.progress=false", "policy.hidden=[16,16]",
-                 "critic.hidden=[16]", "policy.horizon=2", "policy.denoising_steps=4", "policy.ft_steps=2",
+                 "critic.hidden=[16]", "policy.horizon=2", "policy.denoising_steps=4", "policy.ft_steps=4",
                  "policy.ddim_steps=2", "env.kwargs={max_episode_steps: 5}",
                  f"log.run_root={tmp_path / 'runs'}"]  # fmt: skip
     run_dir = train(load_config(ROOT / "configs" / "dppo_pendulum.yaml", overrides), progress=False).run_dir
