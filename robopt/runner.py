@@ -132,13 +132,10 @@ def build_loop(config: ExperimentConfig, initialize: bool = False):
             raise ConfigError(
                 f"critic_warmup={config.critic_warmup} needs init_from=RUN_DIR (a pretrained policy to keep frozen)"
             )
+        algo_name = config_to_dict(config)["algo"]["name"]
+        spec = ALGORITHMS[algo_name]
         ft_steps, steps = getattr(config.policy, "ft_steps", 0), getattr(config.policy, "denoising_steps", 0)
-        if (
-            initialize
-            and not config.init_from
-            and ft_steps < steps
-            and ALGORITHMS[config_to_dict(config)["algo"]["name"]].kind == "on_policy"
-        ):
+        if initialize and not config.init_from and ft_steps < steps and spec.kind == "on_policy":
             raise ConfigError(
                 f"policy.ft_steps={ft_steps} < policy.denoising_steps={steps}: RL trains only the last {ft_steps} "
                 "denoising steps and freezes the others, so start from a pretrained policy (init_from=RUN_DIR) or "
@@ -148,8 +145,6 @@ def build_loop(config: ExperimentConfig, initialize: bool = False):
             initialize_policy(policy, config)
             if hasattr(policy, "reset_reference"):  # a language policy's KL reference is where RL starts
                 policy.reset_reference()
-        algo_name = config_to_dict(config)["algo"]["name"]
-        spec = ALGORITHMS[algo_name]
         if spec.kind in ("pretrain", "off_policy"):
             if config.critic.privileged:
                 on_policy = ", ".join(sorted(name for name, entry in ALGORITHMS.items() if entry.kind == "on_policy"))

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from robopt.algorithms.ppo import run_epochs
 from robopt.buffers.rollout import RolloutBatch
 from robopt.config import ConfigError, option
 from robopt.core.losses import explained_variance, value_error
@@ -164,20 +165,12 @@ class DPPO:
         self.actor_updater.set_lr(self.actor_schedule(progress))
         self.critic_updater.set_lr(self.critic_schedule(progress))
         pairs = len(batch) * steps
-        epochs_run, sums, count = 0, {}, 0
-        for epoch in range(config.epochs):
-            with_metrics = config.target_kl > 0.0 or epoch == config.epochs - 1
-            sums, count = {}, 0
+
+        def epoch_steps(with_metrics: bool):
             for index in torch.randperm(pairs, device=batch.obs.device).split(config.minibatch_size):
-                metrics = self._step(batch, index // steps, index % steps, with_metrics)
-                if with_metrics:
-                    for key, value in metrics.items():
-                        sums[key] = sums[key] + value if key in sums else value
-                    count += 1
-            epochs_run += 1
-            if config.target_kl > 0.0 and float(sums["approx_kl"]) / count > 1.5 * config.target_kl:
-                break
-        metrics = {key: value / max(count, 1) for key, value in sums.items()}
+                yield self._step(batch, index // steps, index % steps, with_metrics)
+
+        metrics, epochs_run = run_epochs(config.epochs, config.target_kl, epoch_steps)
         drift = self._drift(batch)
         if self.control.name == "kl_penalty_adaptive":
             self.control = self.control.adapted(float(drift["approx_kl"]))

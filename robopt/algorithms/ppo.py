@@ -127,6 +127,28 @@ def normalize_per_minibatch(advantage: torch.Tensor, minibatch_size: int) -> tor
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
+def run_epochs(epochs: int, target_kl: float, epoch_steps) -> tuple[dict[str, torch.Tensor], int]:
+    """Epochs of minibatch steps, stopping early when an epoch's mean approx KL exceeds 1.5 x ``target_kl`` (> 0).
+
+    ``epoch_steps(with_metrics)`` runs one epoch, yielding each step's metrics; they are kept for the last epoch
+    (reported) and, with ``target_kl``, for every epoch. Returns the last kept epoch's mean metrics and the
+    epochs run (shared by PPO's and DPPO's updates).
+    """
+    epochs_run, sums, count = 0, {}, 0
+    for epoch in range(epochs):
+        with_metrics = target_kl > 0.0 or epoch == epochs - 1
+        sums, count = {}, 0
+        for metrics in epoch_steps(with_metrics):
+            if with_metrics:
+                for key, value in metrics.items():
+                    sums[key] = sums[key] + value if key in sums else value
+                count += 1
+        epochs_run += 1
+        if target_kl > 0.0 and float(sums["approx_kl"]) / count > 1.5 * target_kl:
+            break
+    return {key: value / max(count, 1) for key, value in sums.items()}, epochs_run
+
+
 class PPOObjective(nn.Module):
     """``ppo_loss`` over (policy, critic) as a module: what ``CompiledFirstOrderStep`` differentiates."""
 
@@ -166,28 +188,17 @@ class PPO:
         config = self.config
         learning_rate = self.schedule(progress)
         self.updater.set_lr(learning_rate)
-        epochs_run = 0
-        for epoch in range(config.epochs):
-            # Minibatch metrics are kept for the last epoch (reported) and, with target_kl, for every epoch.
-            with_metrics = config.target_kl > 0.0 or epoch == config.epochs - 1
-            sums, count = {}, 0
+
+        def epoch_steps(with_metrics: bool):
             for minibatch in self._epoch_minibatches(batch):
                 if self.compiled_step is not None:
-                    metrics = self._compiled_step(minibatch)
+                    yield self._compiled_step(minibatch)
                 else:
-                    metrics = self.updater.step(
-                        lambda mb=minibatch, wm=with_metrics: ppo_loss(
-                            self.policy, self.critic, mb, config, self.control, wm
-                        )
+                    yield self.updater.step(
+                        lambda mb=minibatch: ppo_loss(self.policy, self.critic, mb, config, self.control, with_metrics)
                     )
-                if with_metrics:
-                    for key, value in metrics.items():
-                        sums[key] = sums[key] + value if key in sums else value
-                    count += 1
-            epochs_run += 1
-            if config.target_kl > 0.0 and float(sums["approx_kl"]) / count > 1.5 * config.target_kl:
-                break
-        metrics = {key: value / max(count, 1) for key, value in sums.items()}
+
+        metrics, epochs_run = run_epochs(config.epochs, config.target_kl, epoch_steps)
         with torch.no_grad():  # after-update drift over the whole batch: what the trust region is about
             log_ratio = self.policy.log_ratio(batch.obs, batch.action, batch.policy_info)
             drift = ratio_metrics(log_ratio, batch.policy_info.get("mask"))

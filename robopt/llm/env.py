@@ -97,8 +97,9 @@ class PromptEnv:
             raise ValueError(f"robopt/Text: action must have shape [{self.num_envs}, {self.action_dim}], "
                              f"got {list(action.shape)}")  # fmt: skip
         completions = self.decode(action)
-        scores, failures = self.verifier(completions, self.problems)
-        failed = [self.verifier.score(c, p) is None for c, p in zip(completions, self.problems)] if failures else []
+        row_scores = [self.verifier.score(c, p) for c, p in zip(completions, self.problems)]  # None: failed
+        failed = [score is None for score in row_scores]
+        scores, failures = [0.0 if score is None else score for score in row_scores], sum(failed)
         self.scored += self.num_envs
         self.failures += failures
         if self.scored >= 64 and self.failures > self.max_failure_rate * self.scored:
@@ -117,7 +118,7 @@ class PromptEnv:
             "episode_length": torch.ones(self.num_envs, dtype=torch.int64, device=self.device),
             "accuracy": torch.tensor(accuracy, dtype=torch.float32, device=self.device),
             "is_success": torch.tensor(accuracy, device=self.device) > 0.5,  # robopt eval's success rate
-            "verifier_failed": torch.tensor(failed or [False] * self.num_envs, device=self.device),
+            "verifier_failed": torch.tensor(failed, device=self.device),
         }
         return self._obs.clone(), reward, done, torch.zeros_like(done), info
 
