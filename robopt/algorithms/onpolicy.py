@@ -11,6 +11,7 @@ V(final_obs, info["final_privileged_obs"]); the policy sees obs only.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Protocol
 
@@ -77,7 +78,7 @@ class OnPolicyLoop:
             )
         if rollout.advantage == "group" and rollout.leave_one_out and env.group_size < 2:
             raise ConfigError(f"rollout.leave_one_out needs env.kwargs.group_size >= 2, got {env.group_size}")
-        self.dropped_fraction = 0.0
+        self.dropped_fraction, self.dropped_rows, self.generated_rows, self.refill_count = 0.0, 0, 0, 0
         if privileged and privileged_dim < 1:
             raise ValueError(f"{env.env_id}: a privileged critic needs env.privileged_dim > 0, got {privileged_dim}")
         self.storage = RolloutStorage(
@@ -166,7 +167,8 @@ class OnPolicyLoop:
 
         Rows of each step come in consecutive groups of the env's ``group_size``; the return target is the reward
         (single-step episodes). With ``dynamic_sampling`` the rows of groups whose rewards are all equal (zero
-        advantage, no signal) leave the batch (DAPO's filter, without its refill); the share dropped is logged.
+        advantage, no signal) leave the batch (DAPO's filter; ``iteration`` refills it); the share dropped is
+        logged. ``normalize_advantage`` then normalizes the kept rows over the batch (after refilling).
         """
         storage, rollout, group = self.storage, self.rollout, self.env.group_size
         reward = storage.reward.reshape(-1)  # [T * N], time-major: each step's N rows in groups of G
@@ -174,9 +176,34 @@ class OnPolicyLoop:
         batch = storage.flatten(advantage.reshape(storage.reward.shape), storage.reward, critic_input)
         if rollout.dynamic_sampling:
             keep = ~equal_reward_groups(reward, group).repeat_interleave(group)  # [T * N]
-            self.dropped_fraction = 1.0 - float(keep.float().mean())
+            self.dropped_rows += int((~keep).sum())
             batch = batch.index(keep.nonzero()[:, 0])
         return batch
+
+    def _refill(self, batch: RolloutBatch, returns: list, lengths: list) -> RolloutBatch:
+        """DAPO's refill: new rollouts (``rollout.refill_rounds`` at most) until the groups with signal fill the
+        batch of T x N rows, which is then cut to T x N (whole groups: both are multiples of the group size).
+
+        Every extra rollout counts in ``env_steps``; its episode statistics and accuracy join the iteration's.
+        """
+        target, kept, rounds = self.storage.num_steps * self.env.num_envs, [batch], 0
+        accuracy, failures = self.accuracy, self.verifier_failures
+        while sum(len(b) for b in kept) < target and rounds < self.rollout.refill_rounds:
+            episode_return, episode_length = self.collect()
+            accuracy, failures = accuracy + self.accuracy, failures + self.verifier_failures
+            returns.append(episode_return)
+            lengths.append(episode_length)
+            rounds += 1
+            self.env_steps += self.steps_per_iteration
+            self.generated_rows += target
+            self._check_finite("observation", self.storage.obs)
+            self._check_finite("reward", self.storage.reward)
+            kept.append(self.advantages())
+        self.accuracy, self.verifier_failures, self.refill_count = accuracy, failures, rounds
+        batch = kept[0] if len(kept) == 1 else RolloutBatch.cat(kept)
+        if len(batch) <= target:
+            return batch
+        return batch.index(torch.arange(target, device=batch.obs.device))
 
     def iteration(self, progress: float) -> dict[str, float]:
         """Collect, estimate advantages, update, then refresh the normalizers. Returns metrics as floats."""
@@ -188,7 +215,16 @@ class OnPolicyLoop:
         self.env_steps += self.steps_per_iteration
         self._check_finite("observation", self.storage.obs)
         self._check_finite("reward", self.storage.reward)
+        self.dropped_rows, self.generated_rows, self.refill_count = 0, self.storage.num_steps * self.env.num_envs, 0
         batch = self.advantages()
+        if self.rollout.advantage == "group":
+            if self.rollout.refill_rounds > 0:
+                returns, lengths = [episode_return], [episode_length]
+                batch = self._refill(batch, returns, lengths)
+                episode_return, episode_length = torch.cat(returns), torch.cat(lengths)
+            self.dropped_fraction = self.dropped_rows / self.generated_rows
+            if self.rollout.normalize_advantage and len(batch) > 1:
+                batch = dataclasses.replace(batch, advantage=normalize_advantage(batch.advantage))
         if len(batch) == 0:  # dynamic sampling dropped every group: nothing to learn from this rollout
             metrics = {}
         elif self.iteration_count <= self.critic_warmup:
@@ -198,6 +234,8 @@ class OnPolicyLoop:
         values = {k: float(v) for k, v in metrics.items()}
         if self.rollout.dynamic_sampling:
             values["dropped_fraction"] = self.dropped_fraction
+        if self.rollout.refill_rounds > 0:
+            values["refill_rounds"] = float(self.refill_count)
         if self.accuracy:
             values["accuracy"] = float(torch.stack(self.accuracy).mean())
         if self.verifier_failures:

@@ -52,6 +52,23 @@ class RolloutBatch:
             critic_obs=None if self.critic_obs is None else self.critic_obs[indices],
         )
 
+    @staticmethod
+    def cat(batches: list[RolloutBatch]) -> RolloutBatch:
+        """The rows of ``batches`` one after the other (same fields and policy-info keys; not time-major)."""
+        first = batches[0]
+        column = lambda name: torch.cat([getattr(b, name) for b in batches])  # noqa: E731
+        return RolloutBatch(
+            obs=column("obs"),
+            action=column("action"),
+            policy_info={k: torch.cat([b.policy_info[k] for b in batches]) for k in first.policy_info},
+            value=column("value"),
+            advantage=column("advantage"),
+            return_target=column("return_target"),
+            terminated=column("terminated"),
+            truncated=column("truncated"),
+            critic_obs=None if first.critic_obs is None else column("critic_obs"),
+        )
+
     def split(self, size: int) -> list[RolloutBatch]:
         """Consecutive blocks of ``size`` rows (the last one may be smaller) as views.
 
