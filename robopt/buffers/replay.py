@@ -109,6 +109,17 @@ class ReplayStorage:
 
     # -- writing ---------------------------------------------------------------------------------------------------
 
+    def _check_fields(self, method: str, values: dict, lead: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+        """The shape each field must have (``lead`` + its own dims); ValueError on a missing field or shape."""
+        D, A = self.obs_dim, self.action_dim
+        dims = {"obs": (*lead, D), "action": (*lead, A), "reward": lead, "next_obs": (*lead, D), "terminated": lead,
+                "truncated": lead, **{k: (*lead, d) for k, d in self.extra_fields.items()}}  # fmt: skip
+        if set(values) != set(dims):
+            raise ValueError(f"replay {method} got fields {sorted(values)}, expected {sorted(dims)}")
+        for name, shape in dims.items():
+            check_shape(f"replay {name}", values[name], shape)
+        return dims
+
     def extend(
         self,
         obs: torch.Tensor,
@@ -120,14 +131,9 @@ class ReplayStorage:
         **extra: torch.Tensor,
     ) -> torch.Tensor:
         """Write one env step (every tensor [N, ...]; next_obs = info['final_obs']); returns its flat slots [N]."""
-        N, D = self.num_envs, self.obs_dim
-        dims = {"obs": (N, D), "action": (N, self.action_dim), "reward": (N,), "next_obs": (N, D),
-                "terminated": (N,), "truncated": (N,), **{k: (N, d) for k, d in self.extra_fields.items()}}  # fmt: skip
+        N = self.num_envs
         values = dict(zip(_FIELDS, (obs, action, reward, next_obs, terminated, truncated)), **extra)
-        if set(values) != set(dims):
-            raise ValueError(f"replay extend got fields {sorted(values)}, expected {sorted(dims)}")
-        for name, shape in dims.items():
-            check_shape(f"replay {name}", values[name], shape)
+        dims = self._check_fields("extend", values, (N,))
         step, row = self.steps, self.steps % self.capacity_per_env
         for name in dims:
             self.tensors[name][row] = values[name]
@@ -142,6 +148,46 @@ class ReplayStorage:
         t["current_start"].copy_(torch.where(done, step + 1, t["current_start"]))
         self.steps += 1
         return row * N + self._env_index
+
+    def extend_steps(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        **extra: torch.Tensor,
+    ) -> torch.Tensor:
+        """Write L consecutive env steps at once (every tensor [L, N, ...], L <= T); returns their slots [L, N].
+
+        The same rows and episode bookkeeping as L calls of ``extend`` (tested), in a few tensor operations: the
+        bulk path of a fleet hub that commits whole episodes.
+        """
+        L, N, T = obs.shape[0] if obs.dim() else 0, self.num_envs, self.capacity_per_env
+        if not 1 <= L <= T:
+            raise ValueError(f"replay extend_steps writes 1 to {T} steps (the ring's rows) at once, got {L}")
+        values = dict(zip(_FIELDS, (obs, action, reward, next_obs, terminated, truncated)), **extra)
+        dims = self._check_fields("extend_steps", values, (L, N))
+        t, long = self.tensors, torch.int64
+        step = self.steps + torch.arange(L, device=self.device)  # [L] absolute steps
+        rows = torch.remainder(step, T)
+        for name in dims:
+            t[name][rows] = values[name].to(t[name].dtype)
+        done = (t["terminated"][rows] | t["truncated"][rows]).long()  # [L, N]
+        episode = t["current_episode"] + done.cumsum(0) - done  # [L, N] each row's episode id
+        # first step of each row's episode: one after the latest earlier end in this write, else the open start
+        after_end = torch.where(done.bool(), step[:, None] + 1, -1)  # [L, N]
+        earlier = torch.cat((torch.full((1, N), -1, dtype=long, device=self.device), after_end[:-1]))
+        earlier = torch.cummax(earlier, dim=0).values
+        t["episode_id"][rows] = episode
+        t["episode_start"][rows] = torch.where(earlier >= 0, earlier, t["current_start"])
+        ended_step, ended_env = done.bool().nonzero(as_tuple=True)  # at most L <= T ends per env: distinct rows
+        t["episode_end"][torch.remainder(episode[ended_step, ended_env], T), ended_env] = step[ended_step]
+        t["current_start"].copy_(torch.maximum(t["current_start"], after_end.max(0).values))
+        t["current_episode"] += done.sum(0)
+        self.steps += L
+        return rows[:, None] * N + self._env_index
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -244,6 +290,12 @@ class ReplayBuffer:
         """Write one env step ([N, ...] each; next_obs = info['final_obs']) and register its slots [N]."""
         slots = self.storage.extend(obs, action, reward, next_obs, terminated, truncated, **extra)
         self.sampler.add(slots)
+        return slots
+
+    def extend_steps(self, obs, action, reward, next_obs, terminated, truncated, **extra) -> torch.Tensor:
+        """Write L consecutive steps ([L, N, ...] each, L <= T) and register their slots [L, N]."""
+        slots = self.storage.extend_steps(obs, action, reward, next_obs, terminated, truncated, **extra)
+        self.sampler.add(slots.reshape(-1))
         return slots
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
