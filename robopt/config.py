@@ -10,25 +10,18 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from robopt.fleet.config import FleetConfig
+from robopt.options import option
+
 
 class ConfigError(ValueError):
     """A config problem, reported to the user as one line (the CLI exits with code 2)."""
-
-
-def option(default: Any, doc: str, choices: tuple[str, ...] | None = None) -> Any:
-    """A dataclass field with a default, a one-line doc and optional allowed values."""
-    metadata = {"doc": doc, "choices": choices}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=metadata)
-    if dataclasses.is_dataclass(default):
-        return field(default_factory=lambda: default, metadata=metadata)
-    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -68,7 +61,10 @@ class RolloutConfig:
     num_steps: int = option(2048, "steps collected per env per iteration T (batch = T * N)")
     gamma: float = option(0.99, "discount factor")
     gae_lambda: float = option(0.95, "GAE lambda")
-    normalize_advantage: bool = option(True, "normalize advantages to zero mean, unit std per batch")
+    normalize_advantage: bool = option(
+        True, "normalize advantages to zero mean, unit std per batch (group advantages too: Dr. GRPO sets false, "
+        "which keeps the std scaling out)"
+    )  # fmt: skip
     normalize_reward: bool = option(False, "scale rewards by the running std of the discounted return")
     advantage: str = option(
         "gae", "advantage estimator: gae, or group (rewards of consecutive groups of env.kwargs.group_size rows "
@@ -77,8 +73,20 @@ class RolloutConfig:
     group_std: bool = option(True, "group: divide by the group's std (GRPO); false: Dr. GRPO")
     leave_one_out: bool = option(False, "group: baseline each row with the mean of the others (RLOO)")
     dynamic_sampling: bool = option(
-        False, "group: drop groups whose rewards are all equal from the update (DAPO's filter; no refill)"
+        False, "group: drop groups whose rewards are all equal from the update (DAPO's filter)"
     )
+    refill_rounds: int = option(
+        0, "dynamic_sampling: extra rollouts at most per iteration that refill the batch with groups whose rewards "
+        "differ, up to the batch size (DAPO's max_num_gen_batches - 1); 0: no refill, the batch shrinks"
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.refill_rounds < 0:
+            raise ValueError(f"rollout.refill_rounds must be >= 0, got {self.refill_rounds}")
+        if self.refill_rounds > 0 and not self.dynamic_sampling:
+            raise ValueError(
+                "rollout.refill_rounds refills what dynamic sampling drops: set rollout.dynamic_sampling=true"
+            )
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,7 @@ class ExperimentConfig:
     rollout: RolloutConfig = option(RolloutConfig(), "on-policy rollout and advantage estimation")
     algo: Any = option(None, "algorithm section; algo.name picks the algorithm")
     log: LogConfig = option(LogConfig(), "logging and checkpoints")
+    fleet: FleetConfig = option(FleetConfig(), "fleet: robots on Ray feeding one SAC/TD3 learner (num_robots > 0)")
     init_from: str = option("", "start from this run directory's policy (weights and normalizer; e.g. a BC run)")
     critic_warmup: int = option(0, "with init_from: iterations that fit the fresh critic with the actor frozen")
     init_normalizer: str = option(

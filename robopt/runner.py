@@ -125,6 +125,10 @@ def build_loop(config: ExperimentConfig, initialize: bool = False):
     """
     seed_everything(config.seed)
     torch.set_num_threads(resolve_torch_threads(config)[0])
+    if config.fleet.num_robots > 0:  # robots on Ray feed one off-policy learner (robopt.fleet)
+        from robopt.fleet.loop import build_fleet_loop
+
+        return build_fleet_loop(config, initialize)
     env = build_env(config)
     try:
         policy = build_policy(config, env)

@@ -202,14 +202,9 @@ def build_replay(schedule: OffPolicySchedule, gamma: float, env, policy=None) ->
     The off-policy loop never updates an observation normalizer, so a ``policy`` whose normalizer is enabled
     is refused here (it would stay at its initial statistics, a silent no-op).
     """
-    if policy is not None and policy.normalizer.enabled:
-        raise ConfigError(
-            "policy.normalize_obs=true is not supported by the off-policy algorithms yet (the loop does not update "
-            "the normalizer); set policy.normalize_obs=false"
-        )
+    check_replay_policy(policy)
     from robopt.buffers.replay import ReplayStorage
     from robopt.buffers.samplers import PrioritizedSampler, UniformSampler
-    from robopt.buffers.transforms import NStep
 
     per_env = max(1, -(-schedule.buffer_size // env.num_envs))
     storage = ReplayStorage(per_env, env.num_envs, env.obs_dim, env.action_dim, device=env.device)
@@ -219,10 +214,26 @@ def build_replay(schedule: OffPolicySchedule, gamma: float, env, policy=None) ->
         )
     else:
         sampler = UniformSampler(storage.capacity, device=env.device)
-    transforms = (NStep(schedule.n_step, gamma),) if schedule.n_step > 1 else ()
-    if schedule.her_strategy != "none":
-        transforms = (hindsight_transform(schedule, env),)
+    transforms = replay_transforms(schedule, gamma, env)
     return ReplayBuffer(storage, sampler, transforms, gamma=gamma, batch_size=schedule.batch_size)
+
+
+def check_replay_policy(policy) -> None:
+    """Refuse a ``policy`` whose observation normalizer is enabled: no off-policy loop updates it."""
+    if policy is not None and policy.normalizer.enabled:
+        raise ConfigError(
+            "policy.normalize_obs=true is not supported by the off-policy algorithms yet (the loop does not update "
+            "the normalizer); set policy.normalize_obs=false"
+        )
+
+
+def replay_transforms(schedule: OffPolicySchedule, gamma: float, env) -> tuple:
+    """The sample-time transforms ``schedule`` asks for: hindsight relabelling, n-step returns, or none."""
+    from robopt.buffers.transforms import NStep
+
+    if schedule.her_strategy != "none":
+        return (hindsight_transform(schedule, env),)
+    return (NStep(schedule.n_step, gamma),) if schedule.n_step > 1 else ()
 
 
 def hindsight_transform(schedule: OffPolicySchedule, env):

@@ -1,0 +1,1 @@
+"""Fleet learning: many robots (Ray actors) feed one off-policy learner through an experience hub."""

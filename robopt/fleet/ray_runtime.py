@@ -1,0 +1,153 @@
+"""Starting, joining and leaving Ray for a fleet run; every failure is a one-line ConfigError.
+
+``fleet.address``:
+    ``""``                 a local Ray started inside this process (``ray.init``) with ``fleet.num_cpus`` CPUs, no
+                           dashboard, worker logs not forwarded, usage statistics off and its session files under
+                           ``<system temp dir>/robopt-ray-<uid>``; shut down with the run.
+    ``"auto"``             the Ray cluster of this machine (``ray start``, or ``RAY_ADDRESS``).
+    ``"ray://host:port"``  a Ray Client server; ``"host:port"`` a cluster's GCS address.
+Joining waits at most ``fleet.connect_timeout_s``: ``host:port`` is first probed with a TCP connection (a closed
+port fails at once), then ``ray.init`` runs in a daemon thread (Ray's own client timeout is 30 s and a GCS
+address can hang for minutes); on timeout that thread is left behind, and the process should exit.
+
+Nothing goes to $HOME: Ray >= 2.5x enables token authentication for a new local cluster and would save a
+generated token to ``~/.ray/auth_token``; for the embedded cluster, unless the user set ``RAY_AUTH_MODE``,
+``RAY_AUTH_TOKEN`` or ``RAY_AUTH_TOKEN_PATH``, this module enables token mode with a fresh random token held in
+this process's environment only (inherited by Ray's processes), so nothing is written.
+A process that already called ``ray.init`` keeps its Ray (tests, notebooks); it is not shut down with the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import sys
+import tempfile
+import threading
+import time
+
+from robopt.config import ConfigError
+from robopt.fleet.config import FleetConfig
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # before ray is imported anywhere through this module
+
+
+def import_ray():
+    """The ray module, or a one-line ConfigError naming the extra to install."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("fleet.num_robots > 0 needs Ray: pip install 'robopt[dist]'") from None
+    return ray
+
+
+def temp_dir() -> str:
+    """Where the embedded Ray keeps its session files (short: Ray's socket paths must stay under 108 bytes)."""
+    return os.path.join(tempfile.gettempdir(), f"robopt-ray-{os.getuid()}")
+
+
+def start(fleet: FleetConfig, needed_cpus: float = 0.0) -> bool:
+    """Ray for ``fleet`` (module doc), checked to have ``needed_cpus``; True when this call ran ``ray.init``.
+
+    The CPU check of an embedded Ray happens before Ray starts. The caller ends what this call began with
+    ``shutdown(True)``: the embedded Ray stops, a joined cluster is only left.
+    """
+    imported = sys.modules.get("ray")
+    if imported is not None and imported.is_initialized():
+        check_cpus(needed_cpus, float(imported.cluster_resources().get("CPU", 0.0)), "this process's Ray")
+        return False
+    if fleet.address:
+        ray = import_ray()
+        connect(fleet.address, fleet.connect_timeout_s)
+        try:
+            check_cpus(needed_cpus, float(ray.cluster_resources().get("CPU", 0.0)), f"the Ray at {fleet.address}")
+        except ConfigError:
+            ray.shutdown()
+            raise
+        return True
+    num_cpus = fleet.num_cpus or os.cpu_count() or 1
+    check_cpus(needed_cpus, float(num_cpus), "the local Ray (fleet.num_cpus)")
+    _private_token()
+    import_ray().init(
+        num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
+        _temp_dir=temp_dir(),
+    )  # fmt: skip
+    return True
+
+
+def _private_token() -> None:
+    """Token authentication with a random token in the environment, unless the user configured it (module doc)."""
+    if any(name in os.environ for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
+        return
+    os.environ["RAY_AUTH_MODE"], os.environ["RAY_AUTH_TOKEN"] = "token", secrets.token_hex(32)
+    if "ray" in sys.modules:  # Ray caches its config at import: let it read the new mode
+        try:
+            from ray._raylet import Config
+
+            Config.initialize("")
+        except (ImportError, AttributeError):
+            pass
+
+
+def check_cpus(needed: float, available: float, where: str) -> None:
+    """One-line ConfigError when the robots need more CPUs than Ray has (they would wait forever)."""
+    if needed > available:
+        raise ConfigError(
+            f"fleet.num_robots x fleet.cpus_per_robot needs {needed:g} CPUs but {where} has {available:g}; lower "
+            "fleet.num_robots or fleet.cpus_per_robot (fractions share a core) or raise fleet.num_cpus"
+        )
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of 'ray://host:port' or 'host:port'; None for 'auto'. Bad ports: ConfigError."""
+    if address == "auto":
+        return None
+    rest = address.removeprefix("ray://")
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"fleet.address={address!r}: expected 'auto', 'ray://host:port' or 'host:port'")
+    return host.strip("[]"), int(port)
+
+
+def connect(address: str, timeout_s: float) -> None:
+    """Join an existing Ray cluster within ``timeout_s`` seconds, or raise a one-line ConfigError."""
+    ray = import_ray()
+    deadline = time.monotonic() + timeout_s
+    target = _host_port(address)
+    if target is not None:
+        try:
+            socket.create_connection(target, timeout=timeout_s).close()
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            raise ConfigError(f"fleet.address={address!r} is unreachable ({reason}); is the Ray cluster up?") from None
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            outcome["ok"] = True
+        except BaseException as error:  # noqa: BLE001 (reported to the caller's thread)
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name="robopt-ray-connect", daemon=True)
+    thread.start()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    if thread.is_alive():
+        raise ConfigError(f"fleet.address={address!r}: no Ray cluster answered within {timeout_s:g} s "
+                          "(fleet.connect_timeout_s)")  # fmt: skip
+    if "error" in outcome:
+        error = outcome["error"]
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ConfigError(f"fleet.address={address!r}: cannot join the Ray cluster: {first}")
+
+
+def shutdown(started: bool) -> None:
+    """``ray.shutdown()`` when ``start`` returned True: stops the embedded Ray, or leaves a joined cluster (up)."""
+    if started:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
