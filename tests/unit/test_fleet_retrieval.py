@@ -6,7 +6,14 @@ import math
 import pytest
 import torch
 
-from robopt.fleet.retrieval import SuccessPool, episode_windows, failure_windows, fert_batch, fert_bc_loss
+from robopt.fleet.retrieval import (
+    FertTargets,
+    SuccessPool,
+    episode_windows,
+    failure_windows,
+    fert_batch,
+    fert_bc_loss,
+)
 from robopt.policies.gaussian import GaussianPolicy
 
 
@@ -131,6 +138,21 @@ def test_fert_batch_retrieves_the_successful_actions():
     # a failure after one step, obs 2, pads to [2, 2]: squared distances 8, 5, 2, 17 -> slot 2 (obs 3, action 0.3)
     obs, action = fert_batch(pool, [column(2)], k=1)
     torch.testing.assert_close((obs, action), (column(3), column(0.3)))
+
+
+def test_fert_targets_collect_retrievals_keep_the_newest_and_feed_the_loss():
+    targets = FertTargets(ranking_pool(), k=2, max_targets=3)
+    assert targets.loss(tiny_policy(), 4) is None  # nothing retrieved yet
+    targets.add(column(1, 2), column(0, 0), success=False)  # slots 2, 1 (as above)
+    targets.add(column(5, 6, 6), column(0, 0, 0), success=False)  # slots 3, 2: four pairs, the newest 3 kept
+    torch.testing.assert_close((targets.obs, targets.action), (column(1, 6, 3), column(0.2, 0.4, 0.3)))
+    targets.add(column(9, 9), column(0.5, 0.5), success=True)  # a success feeds the pool, retrieves nothing
+    assert len(targets.pool) == 6 and targets.obs.shape[0] == 3
+    # mu = 0, log_std = 0: every drawn target's loss is 0.5 a^2 + 0.5 log 2 pi
+    loss = targets.loss(tiny_policy(), 64, torch.Generator().manual_seed(0))
+    assert (
+        0.5 * 0.2**2 + 0.5 * math.log(2 * math.pi) < float(loss.detach()) < 0.5 * 0.4**2 + 0.5 * math.log(2 * math.pi)
+    )
 
 
 def tiny_policy() -> GaussianPolicy:
