@@ -45,6 +45,10 @@ class PPOConfig:
     )  # fmt: skip
     loss_normalizer: float = option(0.0, "reduction=constant: the constant (the max completion length)")
     minibatch_advantage_norm: bool = option(False, "normalize advantages per minibatch (as SB3 does) too")
+    drift_metrics: bool = option(
+        True, "after the epochs, one no-grad pass over the whole batch for the batch_* metrics (approx KL, clip "
+        "fraction of the updated policy); kl_penalty_adaptive needs it; false saves a forward pass (language models)"
+    )  # fmt: skip
     compile: bool = option(
         False, "torch.compile each minibatch step (loss, gradient, clip, Adam) into one graph: about 2x faster "
         "updates on CPU after a one-off compile of 10-20 s (about 3 s once cached on disk); pays on long runs"
@@ -57,6 +61,8 @@ class PPOConfig:
             raise ValueError(f"epochs and minibatch_size must be >= 1, got {self.epochs}, {self.minibatch_size}")
         if self.learning_rate <= 0.0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if not self.drift_metrics and self.ratio.name == "kl_penalty_adaptive":
+            raise ValueError("ratio.name=kl_penalty_adaptive adapts to the after-update KL: set drift_metrics=true")
         if self.compile and self.ratio.name == "kl_penalty_adaptive":
             raise ValueError(
                 "compile=true does not support ratio.name=kl_penalty_adaptive (its coefficient changes every "
@@ -199,9 +205,11 @@ class PPO:
                     )
 
         metrics, epochs_run = run_epochs(config.epochs, config.target_kl, epoch_steps)
-        with torch.no_grad():  # after-update drift over the whole batch: what the trust region is about
-            log_ratio = self.policy.log_ratio(batch.obs, batch.action, batch.policy_info)
-            drift = ratio_metrics(log_ratio, batch.policy_info.get("mask"))
+        drift = {}
+        if config.drift_metrics:
+            with torch.no_grad():  # after-update drift over the whole batch: what the trust region is about
+                log_ratio = self.policy.log_ratio(batch.obs, batch.action, batch.policy_info)
+                drift = ratio_metrics(log_ratio, batch.policy_info.get("mask"))
         if self.control.name == "kl_penalty_adaptive":
             self.control = self.control.adapted(float(drift["approx_kl"]))
         return {

@@ -141,3 +141,14 @@ def test_a_step_compile_cannot_capture_fails_with_one_line():
     algorithm = PPO(PPOConfig(compile=True, epochs=1, minibatch_size=8), policy, ValueCritic(D, hidden=(8,)))
     with pytest.raises(ConfigError, match=r"algo.compile=true: torch.compile could not build the PPO step \(.*"):
         algorithm.update(small_batch(policy, 8), progress=0.0)
+
+
+def test_drift_metrics_off_skips_the_after_update_pass_and_changes_no_weight():
+    config = PPOConfig(epochs=2, minibatch_size=32)
+    _, with_drift, metrics_on, _ = _train(config)
+    _, without, metrics_off, _ = _train(dataclasses.replace(config, drift_metrics=False))
+    torch.testing.assert_close(without, with_drift, rtol=0, atol=0)  # a no-grad diagnostic: the same update
+    assert "batch_approx_kl" in metrics_on[0] and not any(key.startswith("batch_") for key in metrics_off[0])
+    algo = {"name": "ppo", "drift_metrics": False, "ratio": {"name": "kl_penalty_adaptive"}}
+    with pytest.raises(ConfigError, match="set drift_metrics=true"):
+        build_dataclass(ExperimentConfig, {"algo": algo})
