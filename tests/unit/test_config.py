@@ -29,7 +29,7 @@ def test_overrides_apply_with_types(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["algo.clipp=0.1"], "unknown config key 'algo.clipp'; allowed: compile, entropy_coef, epochs"),
+        (["algo.clipp=0.1"], "unknown config key 'algo.clipp'; allowed: compile, drift_metrics, entropy_coef, epochs"),
         (["algo.epochs=abc"], "algo.epochs: expected an integer, got 'abc'"),
         (["algo.learning_rate=fast"], "algo.learning_rate: expected a number, got 'fast'"),
         (["policy.activation=gelu"], "policy.activation: 'gelu' is not allowed; allowed: tanh, relu, elu, silu"),
