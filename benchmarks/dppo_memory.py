@@ -7,7 +7,7 @@ X = H * A the policy's action.
 Each K' in --ft-steps is measured in a fresh subprocess (``--worker``), so one configuration's peak cannot hide
 another's. The worker builds the experiment from robopt's own pieces: the config below (``BASE``) with overrides
 ``env.num_envs``, ``rollout.num_steps``, ``policy.denoising_steps``, ``policy.ft_steps``, ``policy.horizon`` and
-any ``--set KEY=VALUE``, validated by ``robopt.config`` as ``load_config`` does, then ``robopt.runner.build_loop``
+any ``--set KEY=VALUE``, validated by ``robopt.config`` as ``load_config`` does, then ``robopt.build.build_loop``
 (native ``mujoco/Hopper``, diffusion policy, DPPO; ``build_env`` wraps the env in ``ActionChunkEnv`` when
 H > 1). It reads ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` after building the loop and again after
 --iterations calls of ``loop.iteration(progress)``; the growth is what the iterations added to the peak. The
@@ -65,8 +65,9 @@ def measure(args, ft_steps: int, fresh: float) -> dict:
 
     ``fresh``: ru_maxrss before anything was imported.
     """
-    from robopt.config import ExperimentConfig, apply_overrides, build_dataclass
-    from robopt.runner import build_loop
+    from robopt.build import build_loop
+    from robopt.config import apply_overrides, build_dataclass
+    from robopt.experiment import ExperimentConfig
 
     imported = maxrss_mib()
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from robopt.config import load_config
+from robopt.experiment import load_config
 from robopt.runner import train
 
 MODES = ("deterministic", "stochastic")
@@ -49,8 +49,8 @@ def run_episodes(policy, env, seed: int, deterministic: bool) -> tuple[list[floa
 
 def evaluate(run_dir: Path, episodes: int, seed: int, figures) -> dict:
     """{mode: figures(returns, reached, env)} of the run's last checkpoint, for both modes."""
+    from robopt.build import build_env
     from robopt.evaluation import load_policy
-    from robopt.runner import build_env
 
     config, policy = load_policy(run_dir)
     env = build_env(config, num_envs=episodes)

@@ -8,7 +8,7 @@ Shapes: R robots, K kills per run, S rows in the hub, D obs dim.
 
 Every run is ``configs/fleet_sac_reach.yaml`` (R = 4 robots, SAC + HER on mujoco/GripperReach) with ``seed``,
 ``fleet.steps_per_robot``, ``fleet.cpus_per_robot``, ``log.eval_episodes=0``, ``log.progress=false``, a temporary
-``log.run_root`` and any ``--set KEY=VALUE``, built with ``robopt.runner.build_loop`` on one local Ray started by
+``log.run_root`` and any ``--set KEY=VALUE``, built with ``robopt.build.build_loop`` on one local Ray started by
 this script (``--num-cpus`` CPUs), and driven by ``loop.iteration`` until ``loop.finished``. A killer thread
 draws K kill marks uniform in [0.1, 0.8] x (R x steps_per_robot) env steps (numpy seeded with (seed, K)); once
 ``loop.env_steps`` passes a mark it waits U(0, --jitter) s, picks (same generator) one robot among those not yet
@@ -162,8 +162,8 @@ def run_one(args, kills: int, seed: int, root: str) -> dict:
     """One fleet run with ``kills`` robots' processes killed; the module doc's figures."""
     import ray
 
-    from robopt.config import load_config
-    from robopt.runner import build_loop
+    from robopt.build import build_loop
+    from robopt.experiment import load_config
 
     overrides = [f"seed={seed}", f"fleet.steps_per_robot={args.steps_per_robot}",
                  f"fleet.cpus_per_robot={args.cpus_per_robot}", "log.eval_episodes=0", "log.progress=false",

@@ -36,9 +36,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from finetune_common import mean_std, quiet_train  # noqa: E402
 
+from robopt.build import build_env  # noqa: E402
 from robopt.evaluation import evaluate_policy, load_policy  # noqa: E402
 from robopt.fleet.config import robot_randomization  # noqa: E402
-from robopt.runner import build_env  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 HELDOUT_BASE = 10_000  # held-out robot ids start here: far above any training robot id

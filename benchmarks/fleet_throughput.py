@@ -184,10 +184,11 @@ def main() -> int:
         parser.error("counts must be >= 1, --seconds and --cpus-per-robot > 0")
     import ray
 
-    from robopt.config import ConfigError, load_config
+    from robopt.build import build_env
+    from robopt.config import ConfigError
+    from robopt.experiment import load_config
     from robopt.fleet import ray_runtime
     from robopt.fleet.config import FleetConfig, robot_env_kwargs
-    from robopt.runner import build_env
 
     torch.set_num_threads(args.threads)
     try:

@@ -42,8 +42,9 @@ from robopt.algorithms import ALGORITHMS
 from robopt.algorithms.onpolicy import OnPolicyLoop
 from robopt.algorithms.ppo import ppo_loss
 from robopt.buffers.rollout import RolloutBatch
-from robopt.config import config_to_dict, load_config
-from robopt.runner import build_critic, build_env, build_policy, seed_everything
+from robopt.build import build_critic, build_env, build_policy, seed_everything
+from robopt.config import config_to_dict
+from robopt.experiment import load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 PPO_CONFIG = CONFIGS / "ppo_halfcheetah_fast.yaml"

@@ -25,8 +25,10 @@ from pathlib import Path
 
 import torch
 
-from robopt.config import ConfigError, load_config
-from robopt.runner import resolve_torch_threads, train
+from robopt.build import resolve_torch_threads
+from robopt.config import ConfigError
+from robopt.experiment import load_config
+from robopt.runner import train
 
 
 def run_one(path: str, steps: int, seed: int, root: str, overrides: list[str]) -> dict:

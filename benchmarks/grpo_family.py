@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from finetune_common import mean_std, quiet_train  # noqa: E402
 
-from robopt.data.demonstrations import write_dataset  # noqa: E402
+from robopt.data.dataset_writer import write_dataset  # noqa: E402
 from robopt.data.recording import record_episodes  # noqa: E402
 from robopt.envs import make_env  # noqa: E402
 from robopt.evaluation import evaluate_run  # noqa: E402

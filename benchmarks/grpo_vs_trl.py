@@ -47,11 +47,11 @@ from finetune_common import mean_std, quiet_train  # noqa: E402
 from grpo_family import sft_dataset  # noqa: E402
 from lora_vs_full import timed  # noqa: E402
 
+from robopt.build import build_env, evaluation_env_options  # noqa: E402
 from robopt.evaluation import evaluate_policy, evaluate_run, load_policy  # noqa: E402
 from robopt.llm.rewards import exact_match  # noqa: E402
 from robopt.llm.tasks import STOP, make_task  # noqa: E402
 from robopt.llm.tokens import BOS, EOS, PAD  # noqa: E402
-from robopt.runner import build_env, evaluation_env_options  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 GROUP, PROMPTS, MINIBATCH = 8, 16, 64  # configs/grpo_addition.yaml: 128 envs = 16 prompts x 8, minibatch 64

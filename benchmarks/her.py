@@ -21,7 +21,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from robopt.config import load_config
+from robopt.experiment import load_config
 from robopt.logging import read_progress
 from robopt.plotting import plot_runs
 from robopt.runner import train

@@ -5,7 +5,7 @@ Shapes: N completions per iteration (``env.num_envs``, prompts x group size), T 
 
 Every row is one configuration (hidden width, layers, full or LoRA rank r) measured in a fresh subprocess
 (``--worker``), so one configuration's peak cannot hide another's. The worker builds the GRPO loop of
-``configs/grpo_addition.yaml`` with ``robopt.runner.build_loop`` and the overrides ``policy.hidden``,
+``configs/grpo_addition.yaml`` with ``robopt.build.build_loop`` and the overrides ``policy.hidden``,
 ``policy.layers``, ``policy.lora_rank`` (0: full), ``torch_threads`` and any ``--set KEY=VALUE``: a tiny GPT-2
 built in code with random weights (no ``init_from``), the config's k3 reference KL kept on both sides so they do
 the same work (full fine-tuning keeps a frozen copy of the model as the reference; LoRA disables its adapters
@@ -67,8 +67,8 @@ def measure(args, hidden: int, layers: int, rank: int) -> dict:
     """Build the loop, warm up, run the timed iterations (this process)."""
     import torch
 
-    from robopt.config import load_config
-    from robopt.runner import build_loop
+    from robopt.build import build_loop
+    from robopt.experiment import load_config
 
     row = {"hidden": hidden, "layers": layers, "rank": rank}
     overrides = [f"policy.hidden={hidden}", f"policy.layers={layers}", f"policy.lora_rank={rank}",

@@ -90,8 +90,8 @@ def goal_figures(returns: list[float], reached: list[int], num_goals: int) -> di
 
 def evaluate(run_dir: Path, episodes: int, seed: int) -> dict:
     """Both evaluation modes of the run's latest checkpoint: {mode: goal_figures(...)} plus K."""
+    from robopt.build import build_env
     from robopt.evaluation import load_policy
-    from robopt.runner import build_env
 
     config, policy = load_policy(run_dir)
     env = build_env(config, num_envs=episodes)
@@ -105,8 +105,9 @@ def evaluate(run_dir: Path, episodes: int, seed: int) -> dict:
 
 def train_segment(config, run_dir: Path | None, stop_at: int) -> tuple[Path, int, float]:
     """Train (or continue ``run_dir``) up to iteration ``stop_at``: (run dir, env steps, loop wall seconds so far)."""
+    from robopt.build import LAST_CHECKPOINT
     from robopt.checkpoint import load_checkpoint
-    from robopt.runner import LAST_CHECKPOINT, train
+    from robopt.runner import train
 
     with contextlib.redirect_stdout(io.StringIO()):  # train's "robopt: training ..." line, once per segment
         result = train(config, resume_dir=run_dir, stop_at_iteration=stop_at)
@@ -118,7 +119,7 @@ def train_segment(config, run_dir: Path | None, stop_at: int) -> tuple[Path, int
 
 def run_one(algo: str, seed: int, args, overrides: list[str], run_root: Path) -> list[dict]:
     """Train one (algo, seed) run through every budget; one record per budget."""
-    from robopt.config import load_config
+    from robopt.experiment import load_config
 
     config = load_config(
         CONFIG_FILES[algo],
@@ -222,8 +223,9 @@ def parse_args() -> argparse.Namespace:
 
 def check_budgets(args, overrides: dict[str, list[str]]) -> str:
     """Each algo's iteration size fits the budgets (one-line error otherwise); returns the header's threads part."""
-    from robopt.config import ConfigError, load_config
-    from robopt.runner import resolve_torch_threads
+    from robopt.build import resolve_torch_threads
+    from robopt.config import ConfigError
+    from robopt.experiment import load_config
 
     threads = []
     for algo in args.algos:

@@ -40,8 +40,8 @@ def drift_columns(rows: list[dict[str, str]]) -> tuple[str, str]:
 
 
 def run_one(control: str, seed: int, steps: int, overrides: list[str]) -> dict[str, float]:
-    from robopt.config import load_config
     from robopt.evaluation import evaluate_run
+    from robopt.experiment import load_config
     from robopt.runner import train
 
     with tempfile.TemporaryDirectory() as run_root:

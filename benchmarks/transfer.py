@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robopt.config import load_config
+from robopt.experiment import load_config
 from robopt.runner import train
 from robopt.sim2real.evaluate import evaluate_transfer, parse_grid
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from robopt.config import ConfigError
+from robopt.options import ConfigError
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Policy optimization for robots."
@@ -48,8 +48,9 @@ def _run(config, overrides, resume, no_progress, kind: str | None = None) -> Non
     """``train`` and ``pretrain``: load the config (or the run to resume), check its kind, run it."""
     from robopt.algorithms import ALGORITHMS
     from robopt.algorithms.onpolicy import NonFiniteError
-    from robopt.config import config_to_dict, load_config
-    from robopt.runner import LAST_CHECKPOINT, load_run_config
+    from robopt.build import LAST_CHECKPOINT
+    from robopt.config import config_to_dict
+    from robopt.experiment import load_config, load_run_config
     from robopt.runner import train as run_training
 
     try:
@@ -112,8 +113,8 @@ def evaluate(
 
     try:
         if pass_k:  # checked before the greedy pass: a bad --pass-k costs nothing
+            from robopt.experiment import load_run_config
             from robopt.llm.evaluation import check_pass_k
-            from robopt.runner import load_run_config
 
             check_pass_k(load_run_config(run_dir).env.id, pass_k)
         result = evaluate_run(run_dir, episodes, seed)
@@ -193,10 +194,14 @@ def collect(
 @app.command("list")
 def list_registered() -> None:
     """Registered envs, backends, policies and algorithms."""
-    from robopt.algorithms import ALGORITHMS
+    import robopt.experiment  # noqa: F401  (registers every feature's section and loop kind)
+    from robopt.algorithms import ALGORITHMS, LOOP_KINDS
+    from robopt.config import registered_sections
     from robopt.envs import BACKENDS, list_env_ids
     from robopt.policies import POLICIES
 
+    typer.echo("config sections: env, log (core); " + ", ".join(registered_sections()))
+    typer.echo("run kinds:  " + ", ".join(LOOP_KINDS))
     typer.echo("algorithms: " + ", ".join(f"{k} ({v.summary})" for k, v in sorted(ALGORITHMS.items())))
     typer.echo("policies:   " + ", ".join(f"{k} ({v.summary})" for k, v in sorted(POLICIES.items())))
     typer.echo("backends:   " + ", ".join(BACKENDS))

@@ -3,6 +3,13 @@
 Every field has a default and a one-line doc (``metadata['doc']``); string fields with a fixed set of
 values list them in ``metadata['choices']``. Any unknown key or bad value raises ``ConfigError`` whose
 one-line message names the key, the value and what is allowed.
+
+This module is the core that knows no feature (DESIGN.md section 8). ``ExperimentConfig`` holds what every
+run has (name, seed, budget, device, env, logging, where it starts from); every other section is registered
+by the feature it belongs to with ``register_section``: the algorithms register ``algo`` and ``rollout``, the
+policies ``policy`` and ``critic``, the fleet ``fleet``. A section is read as an attribute (``config.algo``).
+A section may claim the run's kind (``runs_as``: the fleet turns a SAC run into a fleet run); the runner
+dispatches on that. ``robopt.experiment`` imports every feature, so configs loaded through it know them all.
 """
 
 from __future__ import annotations
@@ -10,18 +17,30 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from robopt.fleet.config import FleetConfig
-from robopt.options import option
+from robopt.options import ConfigError, option
 
-
-class ConfigError(ValueError):
-    """A config problem, reported to the user as one line (the CLI exits with code 2)."""
+__all__ = [
+    "ConfigError",
+    "EnvConfig",
+    "ExperimentConfig",
+    "LogConfig",
+    "Section",
+    "apply_overrides",
+    "build_dataclass",
+    "config_to_dict",
+    "describe_fields",
+    "load_config",
+    "option",
+    "register_section",
+    "registered_sections",
+]
 
 
 @dataclass(frozen=True)
@@ -33,63 +52,6 @@ class EnvConfig:
 
 
 @dataclass(frozen=True)
-class PolicyConfig:
-    """The Gaussian policy's section; ``policy.name`` picks another kind's dataclass (see POLICY_CONFIGS)."""
-
-    name: str = option("gaussian", "policy kind (gaussian, flow)", ("gaussian",))
-    hidden: tuple[int, ...] = option((64, 64), "hidden layer widths of the mean network")
-    activation: str = option("tanh", "hidden activation", ("tanh", "relu", "elu", "silu"))
-    log_std_init: float = option(0.0, "initial log standard deviation of the Gaussian")
-    squash: bool = option(False, "tanh-squash actions into the env bounds (otherwise clip)")
-    normalize_obs: bool = option(True, "running observation normalization inside the policy")
-    orthogonal_init: bool = option(True, "orthogonal weight initialization")
-    state_dependent_std: bool = option(False, "log-std from a second network head (SAC's usual actor) not a vector")
-
-
-@dataclass(frozen=True)
-class CriticConfig:
-    hidden: tuple[int, ...] = option((64, 64), "hidden layer widths of the value network")
-    activation: str = option("tanh", "hidden activation", ("tanh", "relu", "elu", "silu"))
-    privileged: bool = option(
-        False, "the critic also sees env.privileged_obs() (randomized parameters; the policy does not): "
-        "on-policy algorithms on a native env with env.kwargs.randomization"
-    )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class RolloutConfig:
-    num_steps: int = option(2048, "steps collected per env per iteration T (batch = T * N)")
-    gamma: float = option(0.99, "discount factor")
-    gae_lambda: float = option(0.95, "GAE lambda")
-    normalize_advantage: bool = option(
-        True, "normalize advantages to zero mean, unit std per batch (group advantages too: Dr. GRPO sets false, "
-        "which keeps the std scaling out)"
-    )  # fmt: skip
-    normalize_reward: bool = option(False, "scale rewards by the running std of the discounted return")
-    advantage: str = option(
-        "gae", "advantage estimator: gae, or group (rewards of consecutive groups of env.kwargs.group_size rows "
-        "that share a prompt, against the group's mean: GRPO; no critic needed)", ("gae", "group"),
-    )  # fmt: skip
-    group_std: bool = option(True, "group: divide by the group's std (GRPO); false: Dr. GRPO")
-    leave_one_out: bool = option(False, "group: baseline each row with the mean of the others (RLOO)")
-    dynamic_sampling: bool = option(
-        False, "group: drop groups whose rewards are all equal from the update (DAPO's filter)"
-    )
-    refill_rounds: int = option(
-        0, "dynamic_sampling: extra rollouts at most per iteration that refill the batch with groups whose rewards "
-        "differ, up to the batch size (DAPO's max_num_gen_batches - 1); 0: no refill, the batch shrinks"
-    )  # fmt: skip
-
-    def __post_init__(self) -> None:
-        if self.refill_rounds < 0:
-            raise ValueError(f"rollout.refill_rounds must be >= 0, got {self.refill_rounds}")
-        if self.refill_rounds > 0 and not self.dynamic_sampling:
-            raise ValueError(
-                "rollout.refill_rounds refills what dynamic sampling drops: set rollout.dynamic_sampling=true"
-            )
-
-
-@dataclass(frozen=True)
 class LogConfig:
     run_root: str = option("runs", "directory under which runs/<experiment>/<timestamp>/ are created")
     checkpoint_every: int = option(10, "iterations between checkpoints (a final one is always written)")
@@ -97,34 +59,62 @@ class LogConfig:
     eval_episodes: int = option(10, "episodes for the evaluation at the end of training (0 disables)")
 
 
-ALGO_CONFIGS: dict[str, type] = {}
-POLICY_CONFIGS: dict[str, type] = {"gaussian": PolicyConfig}
+@dataclass(frozen=True)
+class Section:
+    """A config section a feature registers: one dataclass, or one per name picked by ``<section>.name``.
+
+    ``choices`` is the feature's own registry (name -> dataclass), read when a config is built, so entries
+    registered later are seen. ``noun`` names a choice in messages ("algorithm"). ``runs_as(config)`` returns
+    the kind of loop this section makes the run (or None): the runner dispatches on it.
+    """
+
+    name: str
+    doc: str
+    config_cls: type | None = None
+    choices: Mapping[str, type] | None = None
+    default: str = ""
+    noun: str = ""
+    runs_as: Callable[[Any], str | None] | None = None
+
+    def default_value(self) -> Any:
+        return self.choices[self.default]() if self.choices is not None else self.config_cls()
+
+    def choice_name(self, value: Any) -> str | None:
+        """The registered name of a named section's value (None for a plain section)."""
+        if self.choices is None:
+            return None
+        return next(name for name, cls in self.choices.items() if cls is type(value))
 
 
-def register_algo_config(name: str, config_cls: type) -> None:
-    """Map ``algo.name`` to its config dataclass (explicit registry, no import strings)."""
-    ALGO_CONFIGS[name] = config_cls
+_SECTIONS: dict[str, Section] = {}
 
 
-def register_policy_config(name: str, config_cls: type) -> None:
-    """Map ``policy.name`` to its config dataclass: each policy kind has its own fields (DESIGN.md section 7)."""
-    POLICY_CONFIGS[name] = config_cls
+def register_section(section: Section) -> None:
+    """Add a feature's section to every ``ExperimentConfig`` (its default value when a config omits it)."""
+    if section.name in _CORE_FIELDS:
+        raise ValueError(f"config section {section.name!r} would shadow a core field")
+    if (section.config_cls is None) == (section.choices is None):
+        raise ValueError(f"config section {section.name!r}: give config_cls or choices, not both")
+    _SECTIONS[section.name] = section
+
+
+def registered_sections() -> dict[str, Section]:
+    """The registered sections by name, in registration order (a copy)."""
+    return dict(_SECTIONS)
 
 
 @dataclass(frozen=True)
 class ExperimentConfig:
+    """What every run has; the registered sections (``config.algo``, ``config.policy``...) live in ``sections``."""
+
     name: str = option("experiment", "experiment name (run directory runs/<name>/<timestamp>)")
     seed: int = option(0, "random seed for torch, numpy and the envs")
     total_steps: int = option(1_000_000, "environment steps to train for (summed over envs)")
     device: str = option("cpu", "torch device for policy, storage and (native) simulation")
     torch_threads: int = option(0, "torch intra-op threads (0: auto, 1 on CPU where small networks gain nothing)")
     env: EnvConfig = option(EnvConfig(), "environment")
-    policy: Any = option(PolicyConfig(), "policy section; policy.name picks the kind (gaussian, flow, diffusion)")
-    critic: CriticConfig = option(CriticConfig(), "value critic")
-    rollout: RolloutConfig = option(RolloutConfig(), "on-policy rollout and advantage estimation")
-    algo: Any = option(None, "algorithm section; algo.name picks the algorithm")
+    sections: dict = option({}, "the registered feature sections by name (read as attributes: config.algo)")
     log: LogConfig = option(LogConfig(), "logging and checkpoints")
-    fleet: FleetConfig = option(FleetConfig(), "fleet: robots on Ray feeding one SAC/TD3 learner (num_robots > 0)")
     init_from: str = option("", "start from this run directory's policy (weights and normalizer; e.g. a BC run)")
     critic_warmup: int = option(0, "with init_from: iterations that fit the fresh critic with the actor frozen")
     init_normalizer: str = option(
@@ -135,6 +125,27 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if self.critic_warmup < 0:
             raise ValueError(f"critic_warmup must be >= 0, got {self.critic_warmup}")
+        unknown = sorted(set(self.sections) - set(_SECTIONS))
+        if unknown:
+            raise ValueError(f"unknown config section {unknown[0]!r}; registered: {', '.join(_SECTIONS)}")
+        filled = {
+            name: self.sections[name] if name in self.sections else section.default_value()
+            for name, section in _SECTIONS.items()
+        }
+        object.__setattr__(self, "sections", filled)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when ordinary lookup fails: a registered section. Dunder and ``sections`` lookups (pickle
+        # and copy probe them before __dict__ is filled) stay plain AttributeErrors.
+        sections = self.__dict__.get("sections")
+        if name.startswith("__") or name == "sections" or sections is None:
+            raise AttributeError(name)
+        if name in sections:
+            return sections[name]
+        raise AttributeError(f"ExperimentConfig has no field or section {name!r}; sections: {', '.join(sections)}")
+
+
+_CORE_FIELDS = frozenset(f.name for f in dataclasses.fields(ExperimentConfig))
 
 
 def _type_name(tp: Any) -> str:
@@ -195,16 +206,17 @@ def build_dataclass(cls: type, data: dict | None, prefix: str = "") -> Any:
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
+    names = set(fields)
+    if cls is ExperimentConfig:  # sections are keys of the config; ``sections`` itself is not
+        names = (names - {"sections"}) | set(_SECTIONS)
+    unknown = sorted(set(data) - names)
     if unknown:
-        raise ConfigError(f"unknown config key '{prefix}{unknown[0]}'; allowed: {', '.join(sorted(fields))}")
+        raise ConfigError(f"unknown config key '{prefix}{unknown[0]}'; allowed: {', '.join(sorted(names))}")
     values = {}
     for name, spec in fields.items():
         key = f"{prefix}{name}"
-        if cls is ExperimentConfig and name == "algo":
-            values[name] = build_algo(data.get("algo"), key)
-        elif cls is ExperimentConfig and name == "policy":
-            values[name] = build_policy_section(data.get("policy"), key)
+        if cls is ExperimentConfig and name == "sections":
+            values[name] = {sname: build_section(section, data.get(sname)) for sname, section in _SECTIONS.items()}
         elif dataclasses.is_dataclass(hints[name]):
             values[name] = build_dataclass(hints[name], data.get(name), f"{key}.")
         elif name in data:
@@ -215,28 +227,21 @@ def build_dataclass(cls: type, data: dict | None, prefix: str = "") -> Any:
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: {error}") from None
 
 
-def build_algo(data: dict | None, key: str = "algo") -> Any:
-    """The algorithm section: ``name`` picks the dataclass from ``ALGO_CONFIGS``."""
-    import robopt.algorithms  # noqa: F401  (registers the algorithm configs)
-
-    data = dict(data or {"name": "ppo"})
-    name = data.pop("name", "ppo")
-    if name not in ALGO_CONFIGS:
-        raise ConfigError(f"{key}.name: unknown algorithm {name!r}; allowed: {', '.join(sorted(ALGO_CONFIGS))}")
-    return build_dataclass(ALGO_CONFIGS[name], data, f"{key}.")
-
-
-def build_policy_section(data: dict | None, key: str = "policy") -> Any:
-    """The policy section: ``name`` picks the dataclass from ``POLICY_CONFIGS``."""
-    import robopt.policies  # noqa: F401  (registers the policy configs)
-
+def build_section(section: Section, data: dict | None) -> Any:
+    """A registered section from its dict; a named section's ``name`` picks the dataclass from its registry."""
+    if section.choices is None:
+        return build_dataclass(section.config_cls, data, f"{section.name}.")
     if data is not None and not isinstance(data, dict):
-        raise ConfigError(f"{key}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{section.name}: expected a mapping, got {data!r}")
     data = dict(data or {})
-    name = data.get("name", "gaussian")
-    if name not in POLICY_CONFIGS:
-        raise ConfigError(f"{key}.name: unknown policy {name!r}; allowed: {', '.join(sorted(POLICY_CONFIGS))}")
-    return build_dataclass(POLICY_CONFIGS[name], data, f"{key}.")
+    name = data.get("name", section.default)
+    if name not in section.choices:
+        allowed = ", ".join(sorted(section.choices))
+        raise ConfigError(f"{section.name}.name: unknown {section.noun} {name!r}; allowed: {allowed}")
+    config_cls = section.choices[name]
+    if "name" not in {f.name for f in dataclasses.fields(config_cls)}:
+        data.pop("name", None)  # the registry key, not a field of the dataclass (algo.name)
+    return build_dataclass(config_cls, data, f"{section.name}.")
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
@@ -274,15 +279,18 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
 
 
 def config_to_dict(config: Any) -> dict:
-    """Plain nested dict (tuples as lists, algo with its name) for YAML output."""
+    """Plain nested dict (tuples as lists, a named section with its name) for YAML output."""
     out: dict[str, Any] = {}
     for spec in dataclasses.fields(config):
         value = getattr(config, spec.name)
+        if isinstance(config, ExperimentConfig) and spec.name == "sections":
+            for name, section_value in value.items():
+                as_dict = config_to_dict(section_value)
+                choice = _SECTIONS[name].choice_name(section_value)
+                out[name] = as_dict if choice is None or "name" in as_dict else {"name": choice, **as_dict}
+            continue
         if dataclasses.is_dataclass(value):
             value = config_to_dict(value)
-            if spec.name == "algo":
-                name = next(k for k, v in ALGO_CONFIGS.items() if v is type(config.algo))
-                value = {"name": name, **value}
         elif isinstance(value, tuple):
             value = list(value)
         out[spec.name] = value
@@ -290,9 +298,16 @@ def config_to_dict(config: Any) -> dict:
 
 
 def describe_fields(cls: type, prefix: str = "") -> list[tuple[str, Any, str]]:
-    """(key, default, doc) for every leaf field of ``cls``: used by ``robopt list`` and the README."""
+    """(key, default, doc) for every leaf field of ``cls``: used by ``robopt list`` and the README.
+
+    For ``ExperimentConfig`` the registered sections are described with their default dataclass.
+    """
     rows = []
     for spec in dataclasses.fields(cls):
+        if cls is ExperimentConfig and spec.name == "sections":
+            for name, section in _SECTIONS.items():
+                rows += describe_fields(type(section.default_value()), f"{prefix}{name}.")
+            continue
         default = spec.default if spec.default is not dataclasses.MISSING else spec.default_factory()
         if dataclasses.is_dataclass(default):
             rows += describe_fields(type(default), f"{prefix}{spec.name}.")

@@ -13,17 +13,11 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from robopt.build import LAST_CHECKPOINT, available_device, build_env, build_policy, evaluation_env_options
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig
 from robopt.envs.render import DEFAULT_HEIGHT, DEFAULT_WIDTH, NativeRowRenderer, gymnasium_camera_kwargs
-from robopt.runner import (
-    LAST_CHECKPOINT,
-    available_device,
-    build_env,
-    build_policy,
-    evaluation_env_options,
-    load_run_config,
-)
+from robopt.experiment import load_run_config
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
-"""``option``: a config dataclass field with a default, a one-line doc and optional allowed values.
+"""``option`` (a config dataclass field with a default, a one-line doc and optional allowed values) and
+``ConfigError``.
 
-A leaf module (it imports nothing from robopt) so that every config dataclass can use it, also those that
-``robopt.config`` itself imports (``robopt.fleet.config``).
+A leaf module (it imports nothing from robopt): every module that declares config fields or reports a config
+problem uses it, from the torch-free deploy runtime to the algorithms, without importing ``robopt.config``.
 """
 
 from __future__ import annotations
@@ -9,6 +10,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import field
 from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config problem, reported to the user as one line (the CLI exits with code 2)."""
 
 
 def option(default: Any, doc: str, choices: tuple[str, ...] | None = None) -> Any:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from robopt.config import ConfigError
 from robopt.logging import read_progress
+from robopt.options import ConfigError
 
 
 def plot_runs(

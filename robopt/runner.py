@@ -3,207 +3,20 @@
 from __future__ import annotations
 
 import datetime
+import json
 import pickle
-import random
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import torch
 import yaml
 
-from robopt.algorithms import ALGORITHMS
-from robopt.algorithms.onpolicy import OnPolicyLoop
+from robopt.build import LAST_CHECKPOINT, build_env, build_loop, evaluation_env_options, resolve_torch_threads
 from robopt.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from robopt.config import ConfigError, ExperimentConfig, build_dataclass, config_to_dict
-from robopt.envs import make_env
+from robopt.config import ConfigError, ExperimentConfig, config_to_dict
+from robopt.evaluation import evaluate_policy
 from robopt.logging import RunLogger
-from robopt.policies import POLICIES, ValueCritic
-
-LAST_CHECKPOINT = "checkpoints/last.pt"
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def available_device(name: str) -> torch.device:
-    """``name`` as a torch device, or the CPU when it names CUDA on a machine without a GPU (eval, video, collect)."""
-    device = torch.device(name)
-    return torch.device("cpu") if device.type == "cuda" and not torch.cuda.is_available() else device
-
-
-def build_env(config: ExperimentConfig, num_envs: int | None = None, **extra):
-    """The VecEnv of a config; env construction errors become one-line ConfigErrors.
-
-    A policy acting in chunks of H > 1 actions (``policy.horizon``, diffusion) gets the env wrapped in
-    ``robopt.envs.chunking.ActionChunkEnv``: one decision steps the env H times.
-    """
-    try:
-        env = make_env(
-            config.env.id, num_envs or config.env.num_envs, backend=config.env.backend, device=config.device,
-            **{**config.env.kwargs, **extra},
-        )  # fmt: skip
-    except (ValueError, TypeError) as error:
-        raise ConfigError(f"env.id={config.env.id!r}: {error}") from None
-    horizon = getattr(config.policy, "horizon", 1)
-    if horizon == 1:
-        return env
-    from robopt.envs.chunking import ActionChunkEnv
-
-    if hasattr(env, "compute_reward"):
-        env.close()
-        raise ConfigError(
-            f"policy.horizon={horizon}: action chunks are not supported on goal tasks ({config.env.id}: hindsight "
-            "relabelling assumes one action per transition); use policy.horizon=1"
-        )
-    return ActionChunkEnv(env, horizon)
-
-
-def evaluation_env_options(config: ExperimentConfig) -> dict:
-    """Env options for evaluating a run: a language task's held-out prompts, one greedy completion each."""
-    return {"split": "heldout", "group_size": 1} if config.env.id == "robopt/Text" else {}
-
-
-def build_policy(config: ExperimentConfig, env) -> torch.nn.Module:
-    """The config's policy for ``env``; a policy that cannot be built from it (sizes, a model directory, LoRA
-    targets) is a one-line ConfigError naming the policy kind."""
-    try:
-        return POLICIES[config.policy.name].build(config.policy, env).to(config.device)
-    except ValueError as error:
-        raise ConfigError(f"policy.name={config.policy.name}: {error}") from None
-
-
-def build_critic(config: ExperimentConfig, env) -> torch.nn.Module:
-    """V(obs) [B], or V(cat(obs, privileged_obs)) with ``critic.privileged`` (input D + P, its own normalizer)."""
-    c = config.critic
-    input_dim = env.obs_dim + (privileged_dim(config, env) if c.privileged else 0)
-    critic = ValueCritic(
-        input_dim, c.hidden, c.activation, normalize_obs=getattr(config.policy, "normalize_obs", True),
-        orthogonal_init=getattr(config.policy, "orthogonal_init", True),
-    )  # fmt: skip
-    return critic.to(config.device)
-
-
-def privileged_dim(config: ExperimentConfig, env) -> int:
-    """P of ``env.privileged_obs()`` for ``critic.privileged``; an env without any is a one-line ConfigError."""
-    if not hasattr(env, "privileged_obs"):
-        raise ConfigError(
-            f"critic.privileged=true needs a native env with privileged observations (env.id=mujoco/<Task>); "
-            f"{config.env.id} on {type(env).__name__} has none"
-        )
-    if env.privileged_dim < 1:
-        raise ConfigError(
-            f"critic.privileged=true needs env.kwargs.randomization with at least one of body_mass, geom_friction, "
-            f"dof_damping, actuator_gain (motor_strength), action_delay, push_force on; {config.env.id} has none"
-        )
-    return env.privileged_dim
-
-
-def resolve_torch_threads(config: ExperimentConfig) -> tuple[int, str]:
-    """(intra-op threads, why): ``torch_threads`` when set; otherwise 1 on CPU, torch's default on a GPU.
-
-    On CPU, robopt's networks are small (64-256 wide, minibatches of 64-4096): a second intra-op thread saves
-    little and, when another process shares the cores, spins against it (TRPO on Pendulum measured 22 s alone
-    and 5 min beside two single-threaded jobs with torch's default threads). The simulator has its own threads.
-    """
-    if config.torch_threads > 0:
-        return config.torch_threads, "torch_threads"
-    if torch.device(config.device).type == "cpu":
-        return 1, "auto: small networks on CPU"
-    return torch.get_num_threads(), "auto: torch default beside a GPU"
-
-
-def build_loop(config: ExperimentConfig, initialize: bool = False):
-    """Seeded env, policy, algorithm and the loop of the algorithm's kind (on-policy or pretrain).
-
-    ``initialize`` loads ``config.init_from``'s policy before the algorithm is built (a new run, not a resume).
-    """
-    seed_everything(config.seed)
-    torch.set_num_threads(resolve_torch_threads(config)[0])
-    if config.fleet.num_robots > 0:  # robots on Ray feed one off-policy learner (robopt.fleet)
-        from robopt.fleet.loop import build_fleet_loop
-
-        return build_fleet_loop(config, initialize)
-    env = build_env(config)
-    try:
-        policy = build_policy(config, env)
-        if initialize and config.critic_warmup > 0 and not config.init_from:
-            raise ConfigError(
-                f"critic_warmup={config.critic_warmup} needs init_from=RUN_DIR (a pretrained policy to keep frozen)"
-            )
-        algo_name = config_to_dict(config)["algo"]["name"]
-        spec = ALGORITHMS[algo_name]
-        ft_steps, steps = getattr(config.policy, "ft_steps", 0), getattr(config.policy, "denoising_steps", 0)
-        if initialize and not config.init_from and ft_steps < steps and spec.kind == "on_policy":
-            raise ConfigError(
-                f"policy.ft_steps={ft_steps} < policy.denoising_steps={steps}: RL trains only the last {ft_steps} "
-                "denoising steps and freezes the others, so start from a pretrained policy (init_from=RUN_DIR) or "
-                "set policy.ft_steps=policy.denoising_steps"
-            )
-        if initialize and config.init_from:
-            initialize_policy(policy, config)
-            if hasattr(policy, "reset_reference"):  # a language policy's KL reference is where RL starts
-                policy.reset_reference()
-        if spec.kind in ("pretrain", "off_policy"):
-            if config.critic.privileged:
-                on_policy = ", ".join(sorted(name for name, entry in ALGORITHMS.items() if entry.kind == "on_policy"))
-                raise ConfigError(
-                    f"critic.privileged=true is for the value critic of the on-policy algorithms ({on_policy}), "
-                    f"not algo.name={algo_name}"
-                )
-            return spec.build(config.algo, env, policy, seed=config.seed, env_id=config.env.id)
-        critic = build_critic(config, env)
-        algorithm = spec.build(config.algo, policy, critic)
-        frozen_statistics = bool(config.init_from) and config.init_normalizer == "frozen"
-        return OnPolicyLoop(
-            env, policy, critic, algorithm, config.rollout, seed=config.seed, critic_warmup=config.critic_warmup,
-            privileged=config.critic.privileged, update_policy_normalizer=not frozen_statistics,
-        )  # fmt: skip
-    except BaseException:
-        env.close()
-        raise
-
-
-def same_task(first: str, second: str) -> bool:
-    """Whether two env ids name one task (a native ``mujoco/<Task>`` id and its Gymnasium twin do)."""
-    from robopt.envs.registry import gymnasium_twin
-
-    def canonical(env_id: str) -> str:
-        return gymnasium_twin(env_id) if env_id.startswith("mujoco/") else env_id
-
-    try:
-        return canonical(first) == canonical(second)
-    except ValueError:
-        return first == second
-
-
-def initialize_policy(policy: torch.nn.Module, config: ExperimentConfig) -> None:
-    """Load ``config.init_from``'s policy (weights and normalizer) into ``policy``; mismatches are one-line errors."""
-    run_dir = Path(config.init_from)
-    source = load_run_config(run_dir) if (run_dir / "config.yaml").is_file() else None
-    if source is None or not (run_dir / LAST_CHECKPOINT).is_file():
-        raise ConfigError(f"init_from={str(run_dir)!r} is not a run directory with a checkpoint ({LAST_CHECKPOINT})")
-    if not same_task(source.env.id, config.env.id):
-        raise ConfigError(
-            f"init_from={str(run_dir)!r} was trained on {source.env.id}, this config runs {config.env.id}"
-        )
-    if source.policy.name != config.policy.name:
-        raise ConfigError(
-            f"init_from={str(run_dir)!r} holds a {source.policy.name} policy, this config a {config.policy.name} policy"
-        )
-    try:
-        state = load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"]["policy"]
-        policy.load_state_dict(state)
-    except (RuntimeError, KeyError, EOFError, OSError, pickle.UnpicklingError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ConfigError(
-            f"init_from={str(run_dir)!r}: its policy does not fit this config's (policy sizes differ?): {first}"
-        ) from None
 
 
 def new_run_dir(config: ExperimentConfig) -> Path:
@@ -212,13 +25,6 @@ def new_run_dir(config: ExperimentConfig) -> Path:
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=False)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
     return run_dir
-
-
-def load_run_config(run_dir: Path) -> ExperimentConfig:
-    path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
-        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
-    return build_dataclass(ExperimentConfig, yaml.safe_load(path.read_text()))
 
 
 @dataclass
@@ -346,10 +152,6 @@ def train(
 
 def final_evaluation(config: ExperimentConfig, policy, run_dir: Path) -> dict:
     """Deterministic evaluation on fresh envs (seed + 10000); written to ``eval.json`` in the run directory."""
-    import json
-
-    from robopt.evaluation import evaluate_policy
-
     env = build_env(config, num_envs=config.log.eval_episodes, **evaluation_env_options(config))
     try:
         result = evaluate_policy(policy, env, config.log.eval_episodes, seed=config.seed + 10_000)

@@ -1,12 +1,19 @@
-"""Algorithms: an explicit registry from ``algo.name`` to (config dataclass, builder)."""
+"""Algorithms: an explicit registry from ``algo.name`` to (config dataclass, builder), and the loop kinds.
+
+Registers the config sections ``algo`` (``algo.name`` picks the dataclass from ``ALGO_CONFIGS``) and
+``rollout`` (the on-policy loop's collection and advantages). ``LOOP_KINDS`` maps a run's kind (an algorithm's
+``kind``, or the kind a section claims, as the fleet does) to ``build(config, initialize) -> loop``; the kinds'
+builders register themselves (``robopt.build`` for on_policy, off_policy and pretrain; ``robopt.fleet``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from robopt.algorithms.onpolicy import RolloutConfig
 from robopt.algorithms.ppo import PPO, PPOConfig
-from robopt.config import register_algo_config
+from robopt.config import Section, register_section
 
 
 @dataclass(frozen=True)
@@ -25,11 +32,23 @@ class AlgorithmSpec:
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {}
+ALGO_CONFIGS: dict[str, type] = {}  # algo.name -> config dataclass (the ``algo`` section's choices)
+LOOP_KINDS: dict[str, Callable] = {}  # run kind -> build(config, initialize) -> loop
 
 
 def register_algorithm(name: str, spec: AlgorithmSpec) -> None:
     ALGORITHMS[name] = spec
-    register_algo_config(name, spec.config_cls)
+    ALGO_CONFIGS[name] = spec.config_cls
+
+
+def register_loop_kind(kind: str, build: Callable) -> None:
+    """``build(config, initialize) -> loop`` for runs of ``kind`` (each loop has ``iteration() -> metrics``)."""
+    LOOP_KINDS[kind] = build
+
+
+register_section(Section("algo", "algorithm section; algo.name picks the algorithm", choices=ALGO_CONFIGS,
+                         default="ppo", noun="algorithm"))  # fmt: skip
+register_section(Section("rollout", "on-policy rollout and advantage estimation", config_cls=RolloutConfig))
 
 
 register_algorithm("ppo", AlgorithmSpec(PPOConfig, PPO, "on_policy", "PPO with a ratio-controlled surrogate"))

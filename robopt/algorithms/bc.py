@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import torch
 
-from robopt.config import ConfigError, option
 from robopt.core.errors import NonFiniteError
 from robopt.core.protocols import SupportsImitation, require
 from robopt.core.updaters import FirstOrderUpdater
+from robopt.options import ConfigError, option
 
 
 @dataclass(frozen=True)

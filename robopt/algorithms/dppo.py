@@ -30,11 +30,12 @@ import torch
 
 from robopt.algorithms.ppo import run_epochs
 from robopt.buffers.rollout import RolloutBatch
-from robopt.config import ConfigError, option
 from robopt.core.losses import explained_variance, value_error
+from robopt.core.ratio_control import RatioControl
 from robopt.core.schedules import SCHEDULES, make_schedule
-from robopt.core.surrogates import RatioControl, ratio_metrics, surrogate
+from robopt.core.surrogates import ratio_metrics, surrogate
 from robopt.core.updaters import FirstOrderUpdater
+from robopt.options import ConfigError, option
 
 
 @dataclass(frozen=True)

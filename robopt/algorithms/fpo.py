@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from robopt.algorithms.ppo import PPO, PPOConfig
-from robopt.config import ConfigError, option
-from robopt.core.surrogates import RatioControl
+from robopt.core.ratio_control import RatioControl
+from robopt.options import ConfigError, option
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from robopt.buffers.replay import ReplayBuffer
-from robopt.config import ConfigError, option
 from robopt.core.errors import NonFiniteError
+from robopt.options import ConfigError, option
 
 
 @dataclass(frozen=True)

@@ -13,19 +13,53 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from robopt.buffers.rollout import RolloutBatch, RolloutStorage
-from robopt.config import ConfigError, RolloutConfig
 from robopt.core.advantages import bootstrap_value, equal_reward_groups, gae, group_advantage, normalize_advantage
 from robopt.core.errors import NonFiniteError
 from robopt.core.normalization import RewardScaler
 from robopt.core.protocols import Policy, VecEnv
 from robopt.core.shapes import check_shape
+from robopt.options import ConfigError, option
 
-__all__ = ["NonFiniteError", "OnPolicyAlgorithm", "OnPolicyLoop"]
+__all__ = ["NonFiniteError", "OnPolicyAlgorithm", "OnPolicyLoop", "RolloutConfig"]
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    num_steps: int = option(2048, "steps collected per env per iteration T (batch = T * N)")
+    gamma: float = option(0.99, "discount factor")
+    gae_lambda: float = option(0.95, "GAE lambda")
+    normalize_advantage: bool = option(
+        True, "normalize advantages to zero mean, unit std per batch (group advantages too: Dr. GRPO sets false, "
+        "which keeps the std scaling out)"
+    )  # fmt: skip
+    normalize_reward: bool = option(False, "scale rewards by the running std of the discounted return")
+    advantage: str = option(
+        "gae", "advantage estimator: gae, or group (rewards of consecutive groups of env.kwargs.group_size rows "
+        "that share a prompt, against the group's mean: GRPO; no critic needed)", ("gae", "group"),
+    )  # fmt: skip
+    group_std: bool = option(True, "group: divide by the group's std (GRPO); false: Dr. GRPO")
+    leave_one_out: bool = option(False, "group: baseline each row with the mean of the others (RLOO)")
+    dynamic_sampling: bool = option(
+        False, "group: drop groups whose rewards are all equal from the update (DAPO's filter)"
+    )
+    refill_rounds: int = option(
+        0, "dynamic_sampling: extra rollouts at most per iteration that refill the batch with groups whose rewards "
+        "differ, up to the batch size (DAPO's max_num_gen_batches - 1); 0: no refill, the batch shrinks"
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.refill_rounds < 0:
+            raise ValueError(f"rollout.refill_rounds must be >= 0, got {self.refill_rounds}")
+        if self.refill_rounds > 0 and not self.dynamic_sampling:
+            raise ValueError(
+                "rollout.refill_rounds refills what dynamic sampling drops: set rollout.dynamic_sampling=true"
+            )
 
 
 class OnPolicyAlgorithm(Protocol):

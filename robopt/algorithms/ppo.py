@@ -15,14 +15,15 @@ import torch
 from torch import nn
 
 from robopt.buffers.rollout import RolloutBatch
-from robopt.config import ConfigError, option
 from robopt.core.advantages import normalize_advantage
 from robopt.core.compiled import CompiledFirstOrderStep, compile_unavailable_reason
 from robopt.core.losses import explained_variance, kl_estimate, value_error
 from robopt.core.protocols import SupportsEntropy, SupportsKL, require
+from robopt.core.ratio_control import RatioControl
 from robopt.core.schedules import SCHEDULES, make_schedule
-from robopt.core.surrogates import REDUCTIONS, RatioControl, masked_mean, ratio_metrics, surrogate
+from robopt.core.surrogates import REDUCTIONS, masked_mean, ratio_metrics, surrogate
 from robopt.core.updaters import FirstOrderUpdater
+from robopt.options import ConfigError, option
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from robopt.algorithms.offpolicy import (
     optimizer_step,
     q_critics,
 )
-from robopt.config import ConfigError, option
 from robopt.core.q_losses import polyak_update, q_regression_loss, sac_actor_loss, soft_q_target, temperature_loss
+from robopt.options import ConfigError, option
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ from robopt.algorithms.offpolicy import (
     optimizer_step,
     q_critics,
 )
-from robopt.config import ConfigError, option
 from robopt.core.q_losses import (
     deterministic_actor_loss,
     polyak_update,
@@ -29,6 +28,7 @@ from robopt.core.q_losses import (
     smoothed_target_action,
     soft_q_target,
 )
+from robopt.options import ConfigError, option
 
 
 @dataclass(frozen=True)

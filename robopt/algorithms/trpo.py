@@ -24,13 +24,14 @@ from dataclasses import dataclass
 import torch
 
 from robopt.buffers.rollout import RolloutBatch
-from robopt.config import ConfigError, option
 from robopt.core.losses import explained_variance, value_loss
 from robopt.core.protocols import SupportsEntropy, SupportsKL, require
+from robopt.core.ratio_control import RATIO_CONTROLS, RatioControl
 from robopt.core.schedules import SCHEDULES, make_schedule
-from robopt.core.surrogates import RATIO_CONTROLS, RatioControl, masked_mean, surrogate
+from robopt.core.surrogates import masked_mean, surrogate
 from robopt.core.trust_region import TrustRegionConfig, TrustRegionUpdater
 from robopt.core.updaters import FirstOrderUpdater
+from robopt.options import ConfigError, option
 
 
 @dataclass(frozen=True)

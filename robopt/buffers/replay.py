@@ -33,7 +33,11 @@ _FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 
 
 class ReplayTransform(Protocol):
-    """A sample-time transform: ``batch`` dict of [B, ...] tensors in, the changed batch out."""
+    """A sample-time transform: ``batch`` dict of [B, ...] tensors in, the changed batch out.
+
+    A transform that computes rewards anew says how in a class attribute ``reward_rewrite`` (``NStep`` sums
+    one-step rewards, ``Hindsight`` relabels them); two such transforms cannot be combined in one buffer.
+    """
 
     def __call__(
         self, batch: dict[str, torch.Tensor], storage: ReplayStorage, generator: torch.Generator | None
@@ -266,11 +270,11 @@ class ReplayBuffer:
                 f"replay capacity {storage.capacity} (capacity_per_env {storage.capacity_per_env} x num_envs "
                 f"{storage.num_envs}) is smaller than batch_size {batch_size}"
             )
-        from robopt.buffers.transforms import Hindsight, NStep
-
-        kinds = {type(transform) for transform in transforms}
-        if NStep in kinds and Hindsight in kinds:  # relabelling recomputes a one-step reward over the n-step sum
-            raise ValueError("replay transforms NStep and Hindsight cannot be combined (HER relabels one-step rewards)")
+        rewriters = [t for t in transforms if getattr(t, "reward_rewrite", None)]
+        if len(rewriters) > 1:  # relabelling recomputes a one-step reward over the n-step sum
+            names = " and ".join(type(t).__name__ for t in rewriters)
+            how = "; ".join(f"{type(t).__name__} {t.reward_rewrite}" for t in rewriters)
+            raise ValueError(f"replay transforms {names} cannot be combined (each computes the reward anew: {how})")
         self.storage, self.sampler, self.transforms, self.gamma = storage, sampler, tuple(transforms), float(gamma)
         for transform in self.transforms:
             check = getattr(transform, "check", None)

@@ -35,6 +35,8 @@ class NStep:
     with no bootstrap; the newest written step stops it and bootstraps from its next_obs.
     """
 
+    reward_rewrite = "sums n one-step rewards"  # ReplayTransform.reward_rewrite: at most one per buffer
+
     def __init__(self, n: int, gamma: float) -> None:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"n-step n must be an integer >= 1, got {n!r}")
@@ -87,6 +89,8 @@ class Hindsight:
     ``compute_reward(achieved_goal=next_obs[:, achieved_goal], desired_goal=new_goal)`` [B]; the other rows keep
     their stored reward. terminated, truncated and the sampling weights are left as stored.
     """
+
+    reward_rewrite = "relabels one-step rewards"  # ReplayTransform.reward_rewrite: at most one per buffer
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from robopt.config import ConfigError
+from robopt.options import ConfigError
 
 
 @runtime_checkable

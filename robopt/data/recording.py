@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from robopt.config import ConfigError
+from robopt.options import ConfigError
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,8 @@ from collections.abc import Callable
 
 import torch
 
+from robopt.envs.tasks.base import Expert
 from robopt.envs.tasks.goal import push_expert, reach_expert
-
-Expert = Callable[[torch.Tensor], torch.Tensor]
 
 
 def multigoal_expert(env, seed: int) -> Expert:

@@ -20,9 +20,9 @@ import math
 
 import torch
 
+from robopt.envs.catalog import register_torch_task
 from robopt.envs.episode_stats import EpisodeTracker
 from robopt.envs.native_env import check_action
-from robopt.envs.registry import register_torch_task
 
 ENV_ID = "robopt/MultiGoal"
 DT = 0.1

@@ -1,4 +1,5 @@
-"""Env ids and backends: one explicit registry, no import strings.
+"""Env ids and backends: one explicit registry, no import strings (the tables live in ``robopt.envs.catalog``,
+filled by the task modules this module imports).
 
 Ids:
     ``mujoco/<Task>``: a native batched task (robopt.envs.tasks); runs on backend ``mujoco`` (CPU threads),
@@ -11,59 +12,20 @@ Ids:
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import torch
 
+import robopt.envs.multigoal  # noqa: F401  (registers robopt/MultiGoal)
+import robopt.envs.tasks  # noqa: F401  (registers the native mujoco/<Task> ids)
+import robopt.llm.env  # noqa: F401  (registers robopt/Text)
 from robopt.core.protocols import VecEnv
+from robopt.envs.catalog import BACKENDS, NATIVE_TASKS, TORCH_TASKS, NativeTask
 
-BACKENDS = ("auto", "gymnasium", "mujoco", "mujoco_warp", "torch")
-
-
-@dataclass(frozen=True)
-class NativeTask:
-    """A native task: its Gymnasium twin (or None) and a factory per backend (``factory(num_envs, device, **kw)``)."""
-
-    name: str
-    gymnasium_id: str | None
-    factories: dict[str, Callable[..., VecEnv]]
-
-
-NATIVE_TASKS: dict[str, NativeTask] = {}
-TORCH_TASKS: dict[str, Callable[..., VecEnv]] = {}
-"""``robopt/<Name>`` -> ``factory(num_envs, device, **kw)``; filled by the modules in ``TORCH_TASK_MODULES``."""
-TORCH_TASK_MODULES = ("robopt.envs.multigoal", "robopt.llm.env")
-
-
-def register_native_task(task: NativeTask) -> None:
-    """Add a native task under ``mujoco/<name>``."""
-    NATIVE_TASKS[f"mujoco/{task.name}"] = task
-
-
-def register_torch_task(name: str, factory: Callable[..., VecEnv]) -> None:
-    """Add a torch-native task under ``robopt/<name>``."""
-    TORCH_TASKS[f"robopt/{name}"] = factory
-
-
-def _ensure_torch_tasks_loaded() -> None:
-    for module in TORCH_TASK_MODULES:
-        importlib.import_module(module)
-
-
-def _ensure_native_tasks_loaded() -> None:
-    try:
-        import robopt.envs.tasks  # noqa: F401  (registers the native tasks when the module exists)
-    except ModuleNotFoundError as error:
-        if error.name != "robopt.envs.tasks":
-            raise
+__all__ = ["BACKENDS", "NATIVE_TASKS", "TORCH_TASKS", "NativeTask", "gymnasium_twin", "list_env_ids", "make_env"]
+__all__ += ["resolve_backend"]
 
 
 def list_env_ids() -> list[str]:
     """Registered native and torch-native ids (Gymnasium ids are open-ended and not listed)."""
-    _ensure_native_tasks_loaded()
-    _ensure_torch_tasks_loaded()
     return sorted([*NATIVE_TASKS, *TORCH_TASKS])
 
 
@@ -75,7 +37,6 @@ def resolve_backend(env_id: str, backend: str, device: str | torch.device, num_e
         return _torch_backend(env_id, backend)
     if not env_id.startswith("mujoco/"):
         return "gymnasium" if backend == "auto" else backend
-    _ensure_native_tasks_loaded()
     if env_id not in NATIVE_TASKS:
         allowed = ", ".join(sorted(NATIVE_TASKS)) or "(none registered)"
         raise ValueError(f"unknown native task {env_id!r}; allowed: {allowed}")
@@ -97,7 +58,6 @@ def gymnasium_twin(env_id: str) -> str:
         raise ValueError(f"{env_id} is a torch-native task with no Gymnasium twin; use backend 'torch'")
     if not env_id.startswith("mujoco/"):
         return env_id
-    _ensure_native_tasks_loaded()
     if env_id not in NATIVE_TASKS:
         raise ValueError(f"unknown native task {env_id!r}; allowed: {', '.join(sorted(NATIVE_TASKS))}")
     twin = NATIVE_TASKS[env_id].gymnasium_id
@@ -130,7 +90,6 @@ def make_env(env_id: str, num_envs: int, backend: str = "auto", device: str | to
 
 def _torch_backend(env_id: str, backend: str) -> str:
     """``torch`` for a registered ``robopt/<Name>`` id asked for ``auto`` or ``torch``; anything else a ValueError."""
-    _ensure_torch_tasks_loaded()
     if env_id not in TORCH_TASKS:
         raise ValueError(f"unknown torch-native task {env_id!r}; allowed: {', '.join(sorted(TORCH_TASKS))}")
     if backend not in ("auto", "torch"):

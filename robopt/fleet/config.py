@@ -1,8 +1,7 @@
 """The ``fleet`` config section and each robot's fixed dynamics.
 
-``FleetConfig`` nests in ``ExperimentConfig`` as ``fleet``; ``num_robots > 0`` turns a SAC/TD3/DDPG run into a
-fleet run (``robopt.fleet.loop``). This module imports nothing from ``robopt.config`` (which imports it); its
-fields use ``robopt.options.option`` like every config dataclass.
+``FleetConfig`` is the ``fleet`` section of an experiment config, registered here; ``num_robots > 0`` makes a
+SAC/TD3/DDPG run a run of kind ``fleet`` (the section's ``runs_as``), whose loop ``robopt.fleet.build`` builds.
 
 Robot dynamics: robot r draws FIXED values from ``fleet.randomization`` with ``numpy.random.SeedSequence([seed,
 r])``, one per knob in sorted key order: a scale range (body_mass, geom_friction, dof_damping, actuator_gain /
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from robopt.config import ConfigError, Section, config_to_dict, register_section
 from robopt.options import option
 
 STALE_MODES = ("drop", "weight")  # what FleetSampler does with experience older than fleet.max_lag
@@ -140,8 +140,6 @@ def robot_seed(seed: int, robot: int, life: int = 0) -> int:
 
 def hub_fingerprint(config) -> str:
     """What a saved hub must match to be loaded: task, env options, robots and their dynamics, replay layout."""
-    from robopt.config import config_to_dict
-
     data = config_to_dict(config)
     loop = {key: data["algo"]["loop"][key] for key in ("buffer_size", "n_step", "her_strategy", "her_k")}
     fleet = {key: data["fleet"][key] for key in ("num_robots", "randomization", "heldout_robots")}
@@ -159,7 +157,6 @@ def robot_env_kwargs(config, robot: int) -> dict:
 
 def check_fleet_config(config) -> int:
     """A fleet run's checks that need no env and no Ray (one-line ConfigErrors); returns steps per robot."""
-    from robopt.config import ConfigError, config_to_dict
     from robopt.envs.randomization import Randomization
 
     fleet, algo_name = config.fleet, config_to_dict(config)["algo"]["name"]
@@ -178,3 +175,12 @@ def check_fleet_config(config) -> int:
     except ValueError as error:
         raise ConfigError(f"fleet.randomization: {error}") from None
     return fleet.steps_per_robot or math.ceil(config.total_steps / fleet.num_robots)
+
+
+def fleet_kind(config) -> str | None:
+    """The run kind the ``fleet`` section claims: ``fleet`` when robots are configured."""
+    return "fleet" if config.fleet.num_robots > 0 else None
+
+
+register_section(Section("fleet", "fleet: robots on Ray feeding one SAC/TD3 learner (num_robots > 0)",
+                         config_cls=FleetConfig, runs_as=fleet_kind))  # fmt: skip

@@ -250,7 +250,7 @@ def hub_from_schedule(
     transforms ``build_replay`` would use (n-step or hindsight over ``env``'s goals); ``env`` gives the dims and,
     for HER, ``compute_reward`` (a num_envs=1 env of the robots' task will do). ``device`` defaults to env's."""
     from robopt.algorithms.offpolicy import check_replay_policy, replay_transforms
-    from robopt.config import ConfigError
+    from robopt.options import ConfigError
 
     check_replay_policy(policy)
     if schedule.sampler != "uniform":

@@ -3,7 +3,8 @@
 ``fleet.address``:
     ``""``                 a local Ray started inside this process (``ray.init``) with ``fleet.num_cpus`` CPUs, no
                            dashboard, worker logs not forwarded, usage statistics off and its session files under
-                           ``<system temp dir>/robopt-ray-<uid>``; shut down with the run.
+                           ``$ROBOPT_RAY_TMPDIR`` or else ``<system temp dir>/robopt-ray-<uid>``; shut down with the
+                           run.
     ``"auto"``             the Ray cluster of this machine (``ray start``, or ``RAY_ADDRESS``).
     ``"ray://host:port"``  a Ray Client server; ``"host:port"`` a cluster's GCS address.
 Joining waits at most ``fleet.connect_timeout_s``: ``host:port`` is first probed with a TCP connection (a closed
@@ -28,8 +29,8 @@ import tempfile
 import threading
 import time
 
-from robopt.config import ConfigError
 from robopt.fleet.config import FleetConfig
+from robopt.options import ConfigError
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # before ray is imported anywhere through this module
 
@@ -44,9 +45,13 @@ def import_ray():
     return ray
 
 
+TEMP_DIR_VARIABLE = "ROBOPT_RAY_TMPDIR"
+
+
 def temp_dir() -> str:
-    """Where the embedded Ray keeps its session files (short: Ray's socket paths must stay under 108 bytes)."""
-    return os.path.join(tempfile.gettempdir(), f"robopt-ray-{os.getuid()}")
+    """Where the embedded Ray keeps its session files: ``$ROBOPT_RAY_TMPDIR`` (tests give each run its own), else
+    ``<system temp dir>/robopt-ray-<uid>``. Keep it short: Ray's socket paths must stay under 108 bytes."""
+    return os.environ.get(TEMP_DIR_VARIABLE) or os.path.join(tempfile.gettempdir(), f"robopt-ray-{os.getuid()}")
 
 
 def start(fleet: FleetConfig, needed_cpus: float = 0.0) -> bool:

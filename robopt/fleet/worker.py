@@ -154,7 +154,7 @@ def wait_ready(workers, timeout_s: float = 120.0) -> None:
     ``timeout_s`` (a joined cluster without free CPUs for them), is a one-line ConfigError."""
     import ray
 
-    from robopt.config import ConfigError
+    from robopt.options import ConfigError
 
     try:
         ray.get([worker.pid.remote() for worker in workers], timeout=timeout_s)

@@ -21,11 +21,11 @@ import random
 
 import torch
 
-from robopt.config import ConfigError
-from robopt.envs.registry import register_torch_task
+from robopt.envs.catalog import register_torch_task
 from robopt.llm.rewards import Verifier, exact_match, sft_completion
 from robopt.llm.tasks import SPLITS, STOP, make_task
 from robopt.llm.tokens import PAD, VOCAB_SIZE, ByteTokenizer, encode_prompts
+from robopt.options import ConfigError
 
 
 class PromptEnv:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from robopt.config import ConfigError
+from robopt.options import ConfigError
 
 TEXT_ENV = "robopt/Text"
 MAX_PASS_K = 64
@@ -73,8 +73,9 @@ def pass_at_k(run_dir: Path, prompts: int, k: int, seed: int) -> float:
 
     The env is the run's with ``split=heldout`` (``robopt.runner.evaluation_env_options``) and ``group_size=k``.
     """
+    from robopt.build import build_env, evaluation_env_options
     from robopt.evaluation import load_policy
-    from robopt.runner import build_env, evaluation_env_options, load_run_config
+    from robopt.experiment import load_run_config
 
     if prompts < 1:
         raise ConfigError(f"--episodes (held-out prompts) must be at least 1, got {prompts}")

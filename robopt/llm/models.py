@@ -9,22 +9,34 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import nn
 
 from robopt.llm.tokens import BOS, EOS, PAD, VOCAB_SIZE
 
-if TYPE_CHECKING:
-    from robopt.llm.policy import LanguagePolicyConfig
+
+class ModelOptions(Protocol):
+    """The model fields of a language policy's config (``robopt.llm.policy.LanguagePolicyConfig``)."""
+
+    model_path: str
+    architecture: str
+    layers: int
+    hidden: int
+    heads: int
+    max_context: int
+    lora_rank: int
+    lora_alpha: float
+    lora_targets: tuple[str, ...]
+
 
 ARCHITECTURES = ("gpt2", "llama")
 # peft's usual targets: the attention input projections of each architecture
 DEFAULT_LORA_TARGETS = {"gpt2": ("c_attn",), "llama": ("q_proj", "v_proj")}
 
 
-def tiny_model(config: LanguagePolicyConfig) -> nn.Module:
+def tiny_model(config: ModelOptions) -> nn.Module:
     """A new ``config.architecture`` model of ``layers`` x ``hidden`` with ``heads`` and ``max_context`` positions."""
     import transformers
 
@@ -45,7 +57,7 @@ def tiny_model(config: LanguagePolicyConfig) -> nn.Module:
     return transformers.AutoModelForCausalLM.from_config(model_config, attn_implementation="eager")
 
 
-def pretrained_model(config: LanguagePolicyConfig) -> nn.Module:
+def pretrained_model(config: ModelOptions) -> nn.Module:
     """The causal LM in the local directory ``config.model_path`` in float32 (ValueError with one line if unfit)."""
     import transformers
 
@@ -76,7 +88,7 @@ def linear_names(model: nn.Module) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def wrap_lora(model: nn.Module, config: LanguagePolicyConfig) -> nn.Module:
+def wrap_lora(model: nn.Module, config: ModelOptions) -> nn.Module:
     """``model`` with rank-``lora_rank`` adapters on ``lora_targets`` (default: ``DEFAULT_LORA_TARGETS`` of its
     type, else every linear module but ``lm_head``); peft freezes every base weight. ValueError for unknown targets.
     """

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from robopt.config import option
 from robopt.llm.models import ARCHITECTURES, pretrained_model, tiny_model, wrap_lora
 from robopt.llm.tokens import (
     EOS,
@@ -49,6 +48,7 @@ from robopt.llm.tokens import (
     gather_tokens,
     sample_tokens,
 )
+from robopt.options import option
 
 KL_ESTIMATORS = ("k1", "k3")
 

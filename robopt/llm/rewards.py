@@ -15,8 +15,8 @@ import numbers
 import random
 from collections.abc import Callable, Mapping, Sequence
 
-from robopt.config import ConfigError
 from robopt.llm.tasks import DIGITS, LETTERS, STOP, Problem
+from robopt.options import ConfigError
 
 RewardFn = Callable[[str, Problem], float]
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from robopt.config import ConfigError
+from robopt.options import ConfigError
 
 STOP = "\n"  # the stop token: every completion ends with it
 SPLITS = ("train", "heldout")

@@ -1,7 +1,9 @@
 """Policies (Gaussian, flow, diffusion, language) and critics, with an explicit registry of policy kinds.
 
-``POLICIES`` maps ``policy.name`` to a ``PolicySpec``: the kind's config dataclass (registered with
-``robopt.config`` so ``policy.name: flow`` reads the flow fields) and ``build(policy_config, env) -> policy``.
+``POLICIES`` maps ``policy.name`` to a ``PolicySpec``: the kind's config dataclass (``POLICY_CONFIGS``, the
+choices of the ``policy`` config section this package registers, so ``policy.name: flow`` reads the flow
+fields) and ``build(policy_config, env) -> policy``. The ``critic`` section (the value critic) is registered here
+too.
 """
 
 from __future__ import annotations
@@ -9,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from robopt.config import PolicyConfig, register_policy_config
+from robopt.config import Section, register_section
 from robopt.llm.policy import LanguagePolicyConfig, build_language_policy
-from robopt.policies.critics import ValueCritic
+from robopt.policies.critics import CriticConfig, ValueCritic
 from robopt.policies.diffusion import DiffusionPolicy, DiffusionPolicyConfig, build_diffusion_policy
 from robopt.policies.flow import FlowPolicy, FlowPolicyConfig, build_flow_policy
-from robopt.policies.gaussian import GaussianPolicy
+from robopt.policies.gaussian import GaussianPolicy, GaussianPolicyConfig
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class PolicySpec:
     summary: str
 
 
-def build_gaussian_policy(p: PolicyConfig, env) -> GaussianPolicy:
+def build_gaussian_policy(p: GaussianPolicyConfig, env) -> GaussianPolicy:
     return GaussianPolicy(
         env.obs_dim, env.action_dim, env.action_low, env.action_high, hidden=p.hidden, activation=p.activation,
         log_std_init=p.log_std_init, squash=p.squash, normalize_obs=p.normalize_obs, orthogonal_init=p.orthogonal_init,
@@ -33,14 +35,20 @@ def build_gaussian_policy(p: PolicyConfig, env) -> GaussianPolicy:
 
 
 POLICIES: dict[str, PolicySpec] = {}
+POLICY_CONFIGS: dict[str, type] = {}  # policy.name -> config dataclass (the ``policy`` section's choices)
 
 
 def register_policy(name: str, spec: PolicySpec) -> None:
     POLICIES[name] = spec
-    register_policy_config(name, spec.config_cls)
+    POLICY_CONFIGS[name] = spec.config_cls
 
 
-register_policy("gaussian", PolicySpec(PolicyConfig, build_gaussian_policy, "diagonal Gaussian (optionally squashed)"))
+register_section(Section("policy", "policy section; policy.name picks the kind (gaussian, flow, diffusion, language)",
+                         choices=POLICY_CONFIGS, default="gaussian", noun="policy"))  # fmt: skip
+register_section(Section("critic", "value critic", config_cls=CriticConfig))
+register_policy(
+    "gaussian", PolicySpec(GaussianPolicyConfig, build_gaussian_policy, "diagonal Gaussian (optionally squashed)")
+)
 register_policy("flow", PolicySpec(FlowPolicyConfig, build_flow_policy, "flow matching, integrated from noise"))
 register_policy("language", PolicySpec(LanguagePolicyConfig, build_language_policy, "causal language model"))
 register_policy(
@@ -52,6 +60,8 @@ __all__ = [
     "DiffusionPolicy",
     "FlowPolicy",
     "GaussianPolicy",
+    "GaussianPolicyConfig",
+    "POLICY_CONFIGS",
     "PolicySpec",
     "ValueCritic",
     "register_policy",

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from robopt.core.normalization import RunningNormalizer
+from robopt.options import option
 from robopt.policies.networks import MLP
+
+
+@dataclass(frozen=True)
+class CriticConfig:
+    hidden: tuple[int, ...] = option((64, 64), "hidden layer widths of the value network")
+    activation: str = option("tanh", "hidden activation", ("tanh", "relu", "elu", "silu"))
+    privileged: bool = option(
+        False, "the critic also sees env.privileged_obs() (randomized parameters; the policy does not): "
+        "on-policy algorithms on a native env with env.kwargs.randomization"
+    )  # fmt: skip
 
 
 class ValueCritic(nn.Module):

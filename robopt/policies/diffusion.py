@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from robopt.config import option
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
+from robopt.options import option
 from robopt.policies import diffusion_schedule as schedule
 from robopt.policies.networks import MLP, register_action_bounds
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from robopt.config import ConfigError
+from robopt.options import ConfigError
 
 BETA_SCHEDULES = ("squaredcos_cap_v2", "linear", "scaled_linear")
 

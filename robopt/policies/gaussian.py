@@ -13,12 +13,29 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
+from robopt.options import option
 from robopt.policies.networks import MLP
+
+
+@dataclass(frozen=True)
+class GaussianPolicyConfig:
+    """The Gaussian policy's section; ``policy.name`` picks another kind's dataclass (``POLICY_CONFIGS``)."""
+
+    name: str = option("gaussian", "policy kind (gaussian, flow)", ("gaussian",))
+    hidden: tuple[int, ...] = option((64, 64), "hidden layer widths of the mean network")
+    activation: str = option("tanh", "hidden activation", ("tanh", "relu", "elu", "silu"))
+    log_std_init: float = option(0.0, "initial log standard deviation of the Gaussian")
+    squash: bool = option(False, "tanh-squash actions into the env bounds (otherwise clip)")
+    normalize_obs: bool = option(True, "running observation normalization inside the policy")
+    orthogonal_init: bool = option(True, "orthogonal weight initialization")
+    state_dependent_std: bool = option(False, "log-std from a second network head (SAC's usual actor) not a vector")
+
 
 LOG_2PI = math.log(2.0 * math.pi)
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # clamp of a state-dependent log-std (the common SAC bounds)

@@ -112,8 +112,7 @@ def register(app, fail) -> None:
         log: Path | None = typer.Option(None, "--log", help="save the tick log here (.npy)"),
     ) -> None:
         """Run an exported policy on a robot at its control rate behind the safety layer."""
-        from robopt.config import ConfigError
-        from robopt.sim2real.runtime import format_summary
+        from robopt.options import ConfigError
 
         try:
             summary = deploy(export_dir, robot, duration, config, log, echo=typer.echo)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robopt.config import ConfigError
+from robopt.options import ConfigError
 
 GRID_PARAMS = ("body_mass", "geom_friction", "dof_damping", "actuator_gain")  # robopt.envs.physics.PARAM_NAMES
 MAX_AXES, FORMAT = 2, "robopt-transfer"
@@ -220,8 +220,9 @@ def _load_source(source: Path):
     if (source / "config.yaml").is_file():
         from dataclasses import replace
 
+        from robopt.build import available_device
         from robopt.evaluation import load_policy
-        from robopt.runner import available_device, load_run_config
+        from robopt.experiment import load_run_config
 
         config = load_run_config(source)
         env_id = native_twin(config.env.id)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robopt.config import ConfigError
+from robopt.options import ConfigError
 from robopt.sim2real.sidecar import DeployError, Sidecar, file_sha256, write_sidecar
 
 FORMATS = ("onnx", "torchscript")
@@ -232,8 +232,8 @@ def export_run(
 
     import torch
 
+    from robopt.build import build_env
     from robopt.config import config_to_dict
-    from robopt.runner import build_env
     from robopt.sim2real.chunks import ChunkedExport, step_env
 
     run_dir = Path(run_dir)

@@ -317,7 +317,7 @@ def register(app: typer.Typer, fail: Callable[..., None]) -> None:
         ),
     ) -> None:
         """Serve a simulated robot over UDP (OBS out, ACTION in) for hardware-in-the-loop tests."""
-        from robopt.config import ConfigError
+        from robopt.options import ConfigError
 
         try:
             serve(

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from robopt.build import LAST_CHECKPOINT, build_loop
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig, build_dataclass
 from robopt.core.errors import NonFiniteError
-from robopt.data.demonstrations import record_episodes, write_dataset
+from robopt.data.dataset_writer import write_dataset
+from robopt.data.recording import record_episodes
 from robopt.envs import make_env
-from robopt.runner import LAST_CHECKPOINT, build_loop, train
+from robopt.runner import train
 
 ROOT = Path(__file__).parents[2]
 # A known linear controller on MultiGoal's observation (x, y, time fraction): a = W s + b, inside [-1, 1].

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from robopt.algorithms.onpolicy import OnPolicyLoop
-from robopt.config import ConfigError, RolloutConfig, load_config
+from robopt.algorithms.onpolicy import OnPolicyLoop, RolloutConfig
+from robopt.config import ConfigError, load_config
 from robopt.core.advantages import group_advantage
 from robopt.llm.env import PromptEnv
 from robopt.llm.policy import NoNormalizer

@@ -12,12 +12,14 @@ import torch
 from robopt.algorithms.bc import chunk_actions
 from robopt.algorithms.dppo import DPPO, DPPOConfig, DPPORatioControl, clip_schedule, denoising_weights
 from robopt.buffers.rollout import RolloutBatch
+from robopt.build import LAST_CHECKPOINT, build_loop
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig, build_dataclass
-from robopt.core.surrogates import RatioControl, surrogate
+from robopt.core.ratio_control import RatioControl
+from robopt.core.surrogates import surrogate
 from robopt.policies.critics import ValueCritic
 from robopt.policies.diffusion import DiffusionPolicy, DiffusionPolicyConfig
-from robopt.runner import LAST_CHECKPOINT, build_loop, train
+from robopt.runner import train
 
 
 def _experiment(tmp_path, algo: dict, policy: dict | None = None, total_steps: int = 128) -> ExperimentConfig:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from robopt.checkpoint import load_checkpoint  # noqa: E402
 from robopt.config import ConfigError, ExperimentConfig, build_dataclass, config_to_dict  # noqa: E402
 from robopt.envs.randomization import Randomization  # noqa: E402
 from robopt.fleet import ray_runtime  # noqa: E402
+from robopt.fleet.build import build_fleet_loop  # noqa: E402
 from robopt.fleet.config import (  # noqa: E402
     FleetConfig,
     check_fleet_config,
@@ -34,7 +37,6 @@ from robopt.fleet.config import (  # noqa: E402
     robot_randomization,
     robot_seed,
 )
-from robopt.fleet.loop import build_fleet_loop  # noqa: E402
 from robopt.fleet.worker import robot_actor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,8 +82,30 @@ def check_whole_episode(exp: dict) -> None:
     assert torch.equal(exp["obs"][1:], exp["next_obs"][:-1])  # consecutive rows of one episode
 
 
+# One worker runs this module under pytest-xdist: one Ray at a time, and the module's Ray is shared by its tests.
+pytestmark = pytest.mark.xdist_group("ray")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_ray_temp_dir():
+    """Ray's session files (this process's Ray and the CLI test's) in a directory of this module's, removed after.
+
+    Made with mkdtemp in the system temp dir rather than under pytest's basetemp: Ray's socket paths must stay
+    under 108 bytes, and a basetemp under xdist is already about 40.
+    """
+    directory = tempfile.mkdtemp(prefix="robopt-ray-test-")
+    previous = os.environ.get(ray_runtime.TEMP_DIR_VARIABLE)
+    os.environ[ray_runtime.TEMP_DIR_VARIABLE] = directory
+    yield directory
+    if previous is None:
+        os.environ.pop(ray_runtime.TEMP_DIR_VARIABLE, None)
+    else:
+        os.environ[ray_runtime.TEMP_DIR_VARIABLE] = previous
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
-def local_ray():
+def local_ray(private_ray_temp_dir):
     started = ray_runtime.start(FleetConfig(num_cpus=2))
     yield
     ray_runtime.shutdown(started)
@@ -170,7 +194,7 @@ def test_unreachable_address_fails_fast_with_one_line():
 
 def test_worker_loads_the_first_weights_and_seeds_its_own_noise(local_ray):
     """Version 0 weights are loaded (a worker starts at version 0 but holds none); robots draw different noise."""
-    from robopt.runner import build_env, build_policy
+    from robopt.build import build_env, build_policy
 
     config = make_config()
     probe = build_env(config, num_envs=1)
@@ -190,7 +214,7 @@ def test_worker_loads_the_first_weights_and_seeds_its_own_noise(local_ray):
 
 
 def test_worker_sends_whole_tagged_episodes_and_keeps_the_unfinished_one(local_ray):
-    from robopt.runner import build_env, build_policy
+    from robopt.build import build_env, build_policy
 
     config = make_config()
     worker = robot_actor(1.0, 0).remote(config, 1, robot_env_kwargs(config, 1), robot_seed(config.seed, 1))
@@ -344,10 +368,10 @@ def goal_episode(robot: int, obs: torch.Tensor, action: torch.Tensor, success: b
 def test_fert_clones_the_successful_action_nearest_to_a_failure(local_ray):
     """The learner side alone (no robot actor): a successful and a failed episode go in, a FERT update comes out."""
     from robopt.algorithms.sac import SAC
+    from robopt.build import build_env, build_policy
     from robopt.fleet.hub import hub_from_schedule
     from robopt.fleet.loop import FleetLoop
     from robopt.fleet.retrieval import FertTargets, SuccessPool
-    from robopt.runner import build_env, build_policy
 
     data = config_to_dict(make_config(fert=True, fert_window=3, fert_k=1, randomization={}))
     data["env"] = {"id": "mujoco/GripperReach"}

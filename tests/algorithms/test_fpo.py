@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from robopt.config import ConfigError, ExperimentConfig, build_dataclass
-from robopt.core.surrogates import adapt_kl_coef
+from robopt.core.ratio_control import adapt_kl_coef
 
 
 def _experiment(tmp_path, algo: dict, policy: dict) -> dict:
@@ -59,7 +59,7 @@ def test_bad_flow_config_names_the_key(tmp_path, policy, message):
     ids=["trpo_flow", "ppo_entropy_flow", "fpo_gaussian"],
 )  # fmt: skip
 def test_impossible_pairings_are_refused_when_built(tmp_path, algo, policy, error_type, message):
-    from robopt.runner import build_loop
+    from robopt.build import build_loop
 
     config = build_dataclass(ExperimentConfig, _experiment(tmp_path, algo, {"name": policy}))
     with pytest.raises(error_type) as error:
@@ -68,7 +68,7 @@ def test_impossible_pairings_are_refused_when_built(tmp_path, algo, policy, erro
 
 
 def test_fpo_with_adaptive_kl_penalty_runs_an_update(tmp_path):
-    from robopt.runner import build_loop
+    from robopt.build import build_loop
 
     algo = {"name": "fpo", "ratio": {"name": "kl_penalty_adaptive"}}
     loop = build_loop(build_dataclass(ExperimentConfig, _experiment(tmp_path, algo, {"name": "flow", "draws": 2})))
@@ -131,7 +131,7 @@ def test_cli_refuses_trpo_with_a_flow_policy_in_one_line(tmp_path):
 )
 @pytest.mark.parametrize("ratio_mode", ["per_draw", "average"])
 def test_every_ratio_control_runs_fpo_updates(tmp_path, ratio, ratio_mode):
-    from robopt.runner import build_loop
+    from robopt.build import build_loop
 
     policy = {"name": "flow", "draws": 3, "ratio_mode": ratio_mode}
     loop = build_loop(build_dataclass(ExperimentConfig, _experiment(tmp_path, {"name": "fpo", "ratio": ratio}, policy)))

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from robopt.buffers.transforms import Hindsight
+from robopt.build import build_loop
 from robopt.config import ConfigError, ExperimentConfig, build_dataclass, load_config
-from robopt.runner import build_loop, train
+from robopt.runner import train
 
 
 def her_config(tmp_path, env_id="mujoco/GripperReach", **loop) -> ExperimentConfig:

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from robopt.algorithms.onpolicy import OnPolicyLoop
+from robopt.algorithms.onpolicy import OnPolicyLoop, RolloutConfig
 from robopt.algorithms.ppo import PPOConfig, ppo_loss
 from robopt.buffers.rollout import RolloutBatch
-from robopt.config import RolloutConfig
-from robopt.core.surrogates import RatioControl
+from robopt.core.ratio_control import RatioControl
 from robopt.llm.env import PromptEnv
 from robopt.llm.policy import NoNormalizer
 from robopt.llm.rewards import Verifier, exact_match

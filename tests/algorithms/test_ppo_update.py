@@ -18,7 +18,7 @@ from robopt.buffers.rollout import RolloutBatch
 from robopt.config import ConfigError, ExperimentConfig, build_dataclass
 from robopt.core.advantages import normalize_advantage
 from robopt.core.compiled import compile_unavailable_reason
-from robopt.core.surrogates import RatioControl
+from robopt.core.ratio_control import RatioControl
 from robopt.policies import GaussianPolicy, ValueCritic
 
 D, A = 5, 2

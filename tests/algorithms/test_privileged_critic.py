@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from robopt.buffers.rollout import RolloutStorage
+from robopt.build import LAST_CHECKPOINT, build_loop
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig, build_dataclass
-from robopt.runner import LAST_CHECKPOINT, build_loop, train
+from robopt.runner import train
 
 ROOT = Path(__file__).parents[2]
 PENDULUM = {

@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from robopt.algorithms.onpolicy import NonFiniteError
+from robopt.build import LAST_CHECKPOINT
 from robopt.checkpoint import load_checkpoint, save_checkpoint
 from robopt.config import ExperimentConfig, build_dataclass
-from robopt.runner import LAST_CHECKPOINT, train
+from robopt.runner import train
 
 ROOT = Path(__file__).parents[2]
 

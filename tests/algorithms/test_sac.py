@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from robopt.build import LAST_CHECKPOINT, build_loop
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig, build_dataclass
-from robopt.runner import LAST_CHECKPOINT, build_loop, train
+from robopt.runner import train
 
 
 def sac_config(tmp_path, **algo) -> ExperimentConfig:

@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from robopt.algorithms.trpo import TRPO, TRPOConfig, entropy_to_go
+from robopt.build import build_loop
 from robopt.config import ConfigError, ExperimentConfig, build_dataclass, load_config
 from robopt.policies import GaussianPolicy, ValueCritic
-from robopt.runner import build_loop
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import torch
 
+from robopt.build import build_env
 from robopt.config import load_config
 from robopt.evaluation import _gymnasium_frames, _make_gymnasium_render_env, _native_frames, load_policy, record_video
-from robopt.runner import build_env, train
+from robopt.runner import train
 
 ROOT = Path(__file__).parents[2]
 WIDTH, HEIGHT, H, A = 64, 48, 2, 3  # Hopper: 3 torques per step

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from robopt.config import load_config
-from robopt.data.demonstrations import write_dataset
+from robopt.data.dataset_writer import write_dataset
 from robopt.data.recording import record_episodes
 from robopt.envs import make_env
 from robopt.evaluation import evaluate_run

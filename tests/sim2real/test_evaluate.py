@@ -17,10 +17,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from robopt.build import build_env
 from robopt.cli import app
 from robopt.config import ConfigError, load_config
 from robopt.evaluation import evaluate_policy, load_policy
-from robopt.runner import build_env, train
+from robopt.runner import train
 from robopt.sim2real.evaluate import TransferResult, evaluate_transfer, parse_grid_axis
 from robopt.sim2real.export import export_run
 

@@ -16,10 +16,11 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
+from robopt.build import LAST_CHECKPOINT
 from robopt.checkpoint import load_checkpoint
 from robopt.cli import app
 from robopt.config import ConfigError, load_config
-from robopt.runner import LAST_CHECKPOINT, train
+from robopt.runner import train
 from robopt.sim2real import export
 from robopt.sim2real.sidecar import check_files, file_sha256, read_sidecar
 

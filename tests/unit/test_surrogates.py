@@ -12,14 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from robopt.core.surrogates import (
-    RATIO_CONTROLS,
-    RatioControl,
-    adapt_kl_coef,
-    clipped_surrogate,
-    plain_surrogate,
-    surrogate,
-)
+from robopt.core.ratio_control import RATIO_CONTROLS, RatioControl, adapt_kl_coef
+from robopt.core.surrogates import clipped_surrogate, plain_surrogate, surrogate
 
 
 def loss_and_grad(ratio: float, advantage: float, control: RatioControl, **kwargs) -> tuple[float, float]:

@@ -13,14 +13,8 @@ import pytest
 import torch
 
 from robopt.core.losses import kl_estimate
-from robopt.core.surrogates import (
-    REDUCTIONS,
-    RatioControl,
-    masked_mean,
-    plain_surrogate,
-    sequence_log_ratio,
-    surrogate,
-)
+from robopt.core.ratio_control import RatioControl
+from robopt.core.surrogates import REDUCTIONS, masked_mean, plain_surrogate, sequence_log_ratio, surrogate
 
 RATIO = torch.tensor([[1.0, 2.0, 5.0, 7.0], [0.5, 1.0, 1.5, 1.0]], dtype=torch.float64)
 MASK = torch.tensor([[True, True, False, False], [True, True, True, True]])

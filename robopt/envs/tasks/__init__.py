@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 from functools import partial
 
-from robopt.envs.registry import NativeTask, register_native_task
+from robopt.envs.catalog import NativeTask, register_native_task
 from robopt.envs.tasks.control import InvertedDoublePendulum, InvertedPendulum, Pusher, Reacher
 from robopt.envs.tasks.goal import GripperPush, GripperReach
 from robopt.envs.tasks.locomotion import Ant, HalfCheetah, Hopper, Humanoid, Walker2d

@@ -15,6 +15,9 @@ from typing import Protocol
 import mujoco
 import torch
 
+Expert = Callable[[torch.Tensor], torch.Tensor]
+"""A scripted expert: ``act(obs [N, D]) -> action [N, A]`` (``robopt.envs.experts``)."""
+
 
 class Task(Protocol):
     """A Gymnasium-v5-compatible task definition; built from the host MjModel and keyword options."""

@@ -21,15 +21,11 @@ Episodes never terminate; they are truncated at 50 steps.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
 
 import mujoco
 import torch
 
-from robopt.envs.tasks.base import no_position, rejection_sample, uniform
-
-if TYPE_CHECKING:
-    from robopt.envs.experts import Expert  # experts.py imports this module's experts
+from robopt.envs.tasks.base import Expert, no_position, rejection_sample, uniform
 
 DISTANCE_THRESHOLD = 0.05  # m: success radius (FetchReach/FetchPush)
 STEP_LENGTH = 0.05  # m moved per env step at ctrl 1

@@ -1,0 +1,244 @@
+"""A run's parts built from its config (env, policy, critic, a pretrained start) and the loop of its kind.
+
+``build_loop`` seeds, picks the run's kind (the algorithm's ``kind``, or the kind a config section claims: the
+fleet's) and calls the builder registered for it in ``robopt.algorithms.LOOP_KINDS``. This module registers the
+kinds ``on_policy``, ``off_policy`` and ``pretrain``; ``robopt.fleet.build`` registers ``fleet``;
+``robopt.experiment`` imports them all.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from robopt.algorithms import ALGORITHMS, LOOP_KINDS, register_loop_kind
+from robopt.algorithms.onpolicy import OnPolicyLoop
+from robopt.checkpoint import load_checkpoint
+from robopt.config import ConfigError, ExperimentConfig, config_to_dict, registered_sections
+from robopt.envs import make_env
+from robopt.policies import POLICIES, ValueCritic
+
+LAST_CHECKPOINT = "checkpoints/last.pt"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def available_device(name: str) -> torch.device:
+    """``name`` as a torch device, or the CPU when it names CUDA on a machine without a GPU (eval, video, collect)."""
+    device = torch.device(name)
+    return torch.device("cpu") if device.type == "cuda" and not torch.cuda.is_available() else device
+
+
+def build_env(config: ExperimentConfig, num_envs: int | None = None, **extra):
+    """The VecEnv of a config; env construction errors become one-line ConfigErrors.
+
+    A policy acting in chunks of H > 1 actions (``policy.horizon``, diffusion) gets the env wrapped in
+    ``robopt.envs.chunking.ActionChunkEnv``: one decision steps the env H times.
+    """
+    try:
+        env = make_env(
+            config.env.id, num_envs or config.env.num_envs, backend=config.env.backend, device=config.device,
+            **{**config.env.kwargs, **extra},
+        )  # fmt: skip
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"env.id={config.env.id!r}: {error}") from None
+    horizon = getattr(config.policy, "horizon", 1)
+    if horizon == 1:
+        return env
+    from robopt.envs.chunking import ActionChunkEnv
+
+    if hasattr(env, "compute_reward"):
+        env.close()
+        raise ConfigError(
+            f"policy.horizon={horizon}: action chunks are not supported on goal tasks ({config.env.id}: hindsight "
+            "relabelling assumes one action per transition); use policy.horizon=1"
+        )
+    return ActionChunkEnv(env, horizon)
+
+
+def evaluation_env_options(config: ExperimentConfig) -> dict:
+    """Env options for evaluating a run: a language task's held-out prompts, one greedy completion each."""
+    return {"split": "heldout", "group_size": 1} if config.env.id == "robopt/Text" else {}
+
+
+def build_policy(config: ExperimentConfig, env) -> torch.nn.Module:
+    """The config's policy for ``env``; a policy that cannot be built from it (sizes, a model directory, LoRA
+    targets) is a one-line ConfigError naming the policy kind."""
+    try:
+        return POLICIES[config.policy.name].build(config.policy, env).to(config.device)
+    except ValueError as error:
+        raise ConfigError(f"policy.name={config.policy.name}: {error}") from None
+
+
+def build_critic(config: ExperimentConfig, env) -> torch.nn.Module:
+    """V(obs) [B], or V(cat(obs, privileged_obs)) with ``critic.privileged`` (input D + P, its own normalizer)."""
+    c = config.critic
+    input_dim = env.obs_dim + (privileged_dim(config, env) if c.privileged else 0)
+    critic = ValueCritic(
+        input_dim, c.hidden, c.activation, normalize_obs=getattr(config.policy, "normalize_obs", True),
+        orthogonal_init=getattr(config.policy, "orthogonal_init", True),
+    )  # fmt: skip
+    return critic.to(config.device)
+
+
+def privileged_dim(config: ExperimentConfig, env) -> int:
+    """P of ``env.privileged_obs()`` for ``critic.privileged``; an env without any is a one-line ConfigError."""
+    if not hasattr(env, "privileged_obs"):
+        raise ConfigError(
+            f"critic.privileged=true needs a native env with privileged observations (env.id=mujoco/<Task>); "
+            f"{config.env.id} on {type(env).__name__} has none"
+        )
+    if env.privileged_dim < 1:
+        raise ConfigError(
+            f"critic.privileged=true needs env.kwargs.randomization with at least one of body_mass, geom_friction, "
+            f"dof_damping, actuator_gain (motor_strength), action_delay, push_force on; {config.env.id} has none"
+        )
+    return env.privileged_dim
+
+
+def resolve_torch_threads(config: ExperimentConfig) -> tuple[int, str]:
+    """(intra-op threads, why): ``torch_threads`` when set; otherwise 1 on CPU, torch's default on a GPU.
+
+    On CPU, robopt's networks are small (64-256 wide, minibatches of 64-4096): a second intra-op thread saves
+    little and, when another process shares the cores, spins against it (TRPO on Pendulum measured 22 s alone
+    and 5 min beside two single-threaded jobs with torch's default threads). The simulator has its own threads.
+    """
+    if config.torch_threads > 0:
+        return config.torch_threads, "torch_threads"
+    if torch.device(config.device).type == "cpu":
+        return 1, "auto: small networks on CPU"
+    return torch.get_num_threads(), "auto: torch default beside a GPU"
+
+
+def same_task(first: str, second: str) -> bool:
+    """Whether two env ids name one task (a native ``mujoco/<Task>`` id and its Gymnasium twin do)."""
+    from robopt.envs.registry import gymnasium_twin
+
+    def canonical(env_id: str) -> str:
+        return gymnasium_twin(env_id) if env_id.startswith("mujoco/") else env_id
+
+    try:
+        return canonical(first) == canonical(second)
+    except ValueError:
+        return first == second
+
+
+def initialize_policy(policy: torch.nn.Module, config: ExperimentConfig) -> None:
+    """Load ``config.init_from``'s policy (weights and normalizer) into ``policy``; mismatches are one-line errors."""
+    run_dir = Path(config.init_from)
+    source = _source_identity(run_dir)
+    if source is None or not (run_dir / LAST_CHECKPOINT).is_file():
+        raise ConfigError(f"init_from={str(run_dir)!r} is not a run directory with a checkpoint ({LAST_CHECKPOINT})")
+    source_env, source_policy = source
+    if not same_task(source_env, config.env.id):
+        raise ConfigError(f"init_from={str(run_dir)!r} was trained on {source_env}, this config runs {config.env.id}")
+    if source_policy != config.policy.name:
+        raise ConfigError(
+            f"init_from={str(run_dir)!r} holds a {source_policy} policy, this config a {config.policy.name} policy"
+        )
+    try:
+        state = load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"]["policy"]
+        policy.load_state_dict(state)
+    except (RuntimeError, KeyError, EOFError, OSError, pickle.UnpicklingError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(
+            f"init_from={str(run_dir)!r}: its policy does not fit this config's (policy sizes differ?): {first}"
+        ) from None
+
+
+def _source_identity(run_dir: Path) -> tuple[str, str] | None:
+    """(env id, policy name) of a run directory's saved config, read as plain YAML; None when there is none."""
+    path = run_dir / "config.yaml"
+    try:
+        data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    env, policy = data.get("env") or {}, data.get("policy") or {}
+    if not isinstance(env, dict) or not isinstance(policy, dict):
+        return None
+    return str(env.get("id", "")), str(policy.get("name", "gaussian"))
+
+
+def algorithm_name(config: ExperimentConfig) -> str:
+    """``algo.name`` of a config (the registry key of its algorithm section)."""
+    return config_to_dict(config)["algo"]["name"]
+
+
+def run_kind(config: ExperimentConfig) -> str:
+    """The run's kind: the one a config section claims (``fleet`` with robots), else the algorithm's."""
+    claimed = [
+        kind for section in registered_sections().values() if section.runs_as and (kind := section.runs_as(config))
+    ]
+    if len(claimed) > 1:
+        raise ConfigError(f"config sections claim more than one run kind ({', '.join(claimed)}); configure one")
+    return claimed[0] if claimed else ALGORITHMS[algorithm_name(config)].kind
+
+
+def build_loop(config: ExperimentConfig, initialize: bool = False):
+    """Seeded env, policy, algorithm and the loop of the run's kind (``run_kind``).
+
+    ``initialize`` loads ``config.init_from``'s policy before the algorithm is built (a new run, not a resume).
+    """
+    seed_everything(config.seed)
+    torch.set_num_threads(resolve_torch_threads(config)[0])
+    kind = run_kind(config)
+    if kind not in LOOP_KINDS:
+        raise ConfigError(f"no loop is registered for runs of kind {kind!r} (import robopt.experiment first)")
+    return LOOP_KINDS[kind](config, initialize)
+
+
+def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False):
+    """The loop of an ``on_policy``, ``off_policy`` or ``pretrain`` algorithm, on one env batch of this process."""
+    env = build_env(config)
+    try:
+        policy = build_policy(config, env)
+        if initialize and config.critic_warmup > 0 and not config.init_from:
+            raise ConfigError(
+                f"critic_warmup={config.critic_warmup} needs init_from=RUN_DIR (a pretrained policy to keep frozen)"
+            )
+        algo_name = algorithm_name(config)
+        spec = ALGORITHMS[algo_name]
+        ft_steps, steps = getattr(config.policy, "ft_steps", 0), getattr(config.policy, "denoising_steps", 0)
+        if initialize and not config.init_from and ft_steps < steps and spec.kind == "on_policy":
+            raise ConfigError(
+                f"policy.ft_steps={ft_steps} < policy.denoising_steps={steps}: RL trains only the last {ft_steps} "
+                "denoising steps and freezes the others, so start from a pretrained policy (init_from=RUN_DIR) or "
+                "set policy.ft_steps=policy.denoising_steps"
+            )
+        if initialize and config.init_from:
+            initialize_policy(policy, config)
+            if hasattr(policy, "reset_reference"):  # a language policy's KL reference is where RL starts
+                policy.reset_reference()
+        if spec.kind in ("pretrain", "off_policy"):
+            if config.critic.privileged:
+                on_policy = ", ".join(sorted(name for name, entry in ALGORITHMS.items() if entry.kind == "on_policy"))
+                raise ConfigError(
+                    f"critic.privileged=true is for the value critic of the on-policy algorithms ({on_policy}), "
+                    f"not algo.name={algo_name}"
+                )
+            return spec.build(config.algo, env, policy, seed=config.seed, env_id=config.env.id)
+        critic = build_critic(config, env)
+        algorithm = spec.build(config.algo, policy, critic)
+        frozen_statistics = bool(config.init_from) and config.init_normalizer == "frozen"
+        return OnPolicyLoop(
+            env, policy, critic, algorithm, config.rollout, seed=config.seed, critic_warmup=config.critic_warmup,
+            privileged=config.critic.privileged, update_policy_normalizer=not frozen_statistics,
+        )  # fmt: skip
+    except BaseException:
+        env.close()
+        raise
+
+
+for _kind in ("on_policy", "off_policy", "pretrain"):
+    register_loop_kind(_kind, build_algorithm_loop)
