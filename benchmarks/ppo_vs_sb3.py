@@ -52,19 +52,22 @@ class Clock:
 def make_sb3(env_id: str, num_envs: int, seed: int, normalized: bool):
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import VecNormalize
 
     env = make_vec_env(env_id, n_envs=num_envs, seed=seed)
     if normalized:
         env = VecNormalize(env, gamma=0.99)
     clip_range_vf = VALUE_CLIP if normalized else None
-    return PPO("MlpPolicy", env, n_steps=NUM_STEPS, batch_size=64, n_epochs=10, seed=seed, device="cpu", verbose=0,
-               clip_range_vf=clip_range_vf)  # fmt: skip
+    model = PPO("MlpPolicy", env, n_steps=NUM_STEPS, batch_size=64, n_epochs=10, seed=seed, device="cpu", verbose=0,
+                clip_range_vf=clip_range_vf)  # fmt: skip
+    model.set_logger(Logger(folder=None, output_formats=[]))  # no SB3-<date> dir in the system temp
+    return model
 
 
 def make_robopt(env_id: str, num_envs: int, seed: int, normalized: bool, compile_step: bool = False):
+    from robopt.build import build_loop
     from robopt.config import ExperimentConfig, build_dataclass
-    from robopt.runner import build_loop
 
     algo = {"name": "ppo", "learning_rate": 3e-4, "lr_schedule": "constant", "epochs": 10, "minibatch_size": 64,
             "ratio": {"name": "clip", "clip_low": 0.2}, "value_coef": 1.0, "max_grad_norm": 0.5,

@@ -29,14 +29,17 @@ from ppo_vs_sb3 import Clock, evaluate_robopt, print_summary  # noqa: E402  (sam
 def make_sb3(env_id: str, seed: int, learning_starts: int):
     from stable_baselines3 import SAC
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import Logger
 
     env = make_vec_env(env_id, n_envs=1, seed=seed)
-    return SAC("MlpPolicy", env, learning_starts=learning_starts, seed=seed, device="cpu", verbose=0)
+    model = SAC("MlpPolicy", env, learning_starts=learning_starts, seed=seed, device="cpu", verbose=0)
+    model.set_logger(Logger(folder=None, output_formats=[]))  # no SB3-<date> dir in the system temp
+    return model
 
 
 def make_robopt(env_id: str, seed: int, learning_starts: int, chunk: int, threads: int):
-    from robopt.config import load_config
-    from robopt.runner import build_loop
+    from robopt.build import build_loop
+    from robopt.experiment import load_config
 
     overrides = [f"env.id={env_id}", "env.backend=gymnasium", f"seed={seed}", f"torch_threads={threads}",
                  f"algo.loop.learning_starts={learning_starts}", f"algo.loop.iteration_steps={chunk}"]  # fmt: skip

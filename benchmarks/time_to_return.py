@@ -45,6 +45,7 @@ def sb3_trainer(seed: int):
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import VecNormalize
 
     env = VecNormalize(make_vec_env(ENV_ID, n_envs=1, seed=seed), gamma=0.98)
@@ -55,6 +56,7 @@ def sb3_trainer(seed: int):
         clip_range=0.1, n_epochs=20, gae_lambda=0.92, max_grad_norm=0.8, vf_coef=0.58096,
         policy_kwargs=policy_kwargs, seed=seed, device="cpu", verbose=0,
     )  # fmt: skip
+    model.set_logger(Logger(folder=None, output_formats=[]))  # no SB3-<date> dir in the system temp
 
     def train() -> None:
         model.learn(total_timesteps=512, reset_num_timesteps=False)
@@ -70,10 +72,10 @@ def sb3_trainer(seed: int):
 
 def robopt_trainer(seed: int, overrides: tuple[str, ...] = ()):
     """(train_one_iteration, evaluate, steps_per_iteration) for robopt's fast config (with ``key=value`` overrides)."""
-    from robopt.config import load_config
+    from robopt.build import build_loop
     from robopt.envs import make_env
     from robopt.evaluation import evaluate_policy
-    from robopt.runner import build_loop
+    from robopt.experiment import load_config
 
     config = load_config(CONFIG, [*overrides, f"seed={seed}"])
     loop = build_loop(config)

@@ -27,6 +27,7 @@ def run_sb3(steps: int, seed: int) -> dict[str, float]:
     from sb3_contrib import TRPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import VecNormalize
 
     env = VecNormalize(make_vec_env("Hopper-v5", n_envs=2, seed=seed), gamma=0.99)
@@ -36,6 +37,7 @@ def run_sb3(steps: int, seed: int) -> dict[str, float]:
         n_critic_updates=20, target_kl=0.01, sub_sampling_factor=1, normalize_advantage=True, seed=seed,
         device="cpu", verbose=0,
     )  # fmt: skip
+    model.set_logger(Logger(folder=None, output_formats=[]))  # no SB3-<date> dir in the system temp
     start = time.perf_counter()
     model.learn(total_timesteps=steps)
     wall = time.perf_counter() - start
@@ -48,8 +50,8 @@ def run_sb3(steps: int, seed: int) -> dict[str, float]:
 
 
 def run_robopt(steps: int, seed: int, env_id: str) -> dict[str, float]:
-    from robopt.config import load_config
     from robopt.evaluation import evaluate_run
+    from robopt.experiment import load_config
     from robopt.runner import train
 
     with tempfile.TemporaryDirectory() as run_root:

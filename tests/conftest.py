@@ -28,6 +28,17 @@ def pytest_collection_modifyitems(config, items):
 TEST_THREADS = int(os.environ.get("ROBOPT_TEST_THREADS", "1"))
 
 
+def pytest_sessionstart(session):
+    """torch.compile's caches under pytest's temporary directory, not /tmp/torchinductor_<user>.
+
+    Set before collection: a test module may probe torch.compile at import, and inductor keeps the first
+    cache directory it computes.
+    """
+    cache = session.config._tmp_path_factory.mktemp("torch-compile-cache")
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        os.environ.setdefault(name, str(cache))
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_threads():
     torch.manual_seed(0)

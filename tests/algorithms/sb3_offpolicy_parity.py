@@ -41,10 +41,10 @@ import torch
 pytest.importorskip("stable_baselines3")
 
 import torch.distributions.normal as torch_normal  # noqa: E402
-from stable_baselines3.common.logger import configure  # noqa: E402
+from stable_baselines3.common.logger import Logger  # noqa: E402
 
+from robopt.build import build_loop  # noqa: E402
 from robopt.config import ExperimentConfig, build_dataclass  # noqa: E402
-from robopt.runner import build_loop  # noqa: E402
 
 ENV_ID = "HalfCheetah-v5"  # action bounds [-1, 1]: SB3's scaled actions are the env's
 SEED, BATCH, HIDDEN = 5, 64, [32, 32]
@@ -73,7 +73,9 @@ def sb3_model(cls, **kwargs):
     """SB3's SAC or TD3 with its defaults but net_arch [32, 32]; its logger keeps train()'s losses."""
     model = cls("MlpPolicy", ENV_ID, policy_kwargs={"net_arch": HIDDEN}, buffer_size=BATCH, learning_starts=0,
                 batch_size=BATCH, seed=SEED, device="cpu", **kwargs)  # fmt: skip
-    model.set_logger(configure(None, []))  # train() records into logger.name_to_value
+    # train() records into logger.name_to_value; folder None and no outputs: nothing is written (SB3's configure()
+    # would make an SB3-<date> directory in the system temp dir)
+    model.set_logger(Logger(folder=None, output_formats=[]))
     return model
 
 

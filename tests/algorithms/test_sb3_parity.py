@@ -25,6 +25,9 @@ time-major (row t * N + n), SB3's minibatch indices are env-major (row n * T + t
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -35,11 +38,12 @@ pytest.importorskip("stable_baselines3")
 from stable_baselines3 import PPO as SB3PPO  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
+from stable_baselines3.common.logger import Logger  # noqa: E402
 
 from robopt.buffers.rollout import RolloutBatch  # noqa: E402
+from robopt.build import build_loop  # noqa: E402
 from robopt.config import ExperimentConfig, apply_overrides, build_dataclass  # noqa: E402
 from robopt.core.compiled import compile_unavailable_reason  # noqa: E402
-from robopt.runner import build_loop  # noqa: E402
 
 SEED = 3
 UPDATE_ATOL = 1e-6  # weights after one update (24 Adam steps); seen: 3e-8
@@ -137,6 +141,7 @@ class RolloutRecorder(BaseCallback):
 def sb3_rollout_and_update(model: SB3PPO, permutation_seed: int | None = None) -> dict[str, torch.Tensor]:
     """One SB3 iteration (collect + train); returns the rollout as collected, each field [T, N, ...]."""
     recorder = RolloutRecorder(permutation_seed)
+    model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's default logger makes a dir in the system temp
     model.learn(total_timesteps=model.n_steps * model.n_envs, callback=recorder)
     assert recorder.rollout is not None and model.num_timesteps == model.n_steps * model.n_envs
     return recorder.rollout
@@ -289,3 +294,17 @@ def test_collection_and_advantages_match_sb3(env_id, backend, num_envs, steps, e
             robopt[name].numpy(), sb3[name].reshape(robopt[name].shape).numpy(), rtol=COLLECT_RTOL,
             atol=COLLECT_ATOL, err_msg=f"{env_id} ({backend}, N={num_envs}): {name} differ from SB3's",
         )  # fmt: skip
+
+
+def test_sb3_runs_write_nothing_in_the_system_temp_dir(monkeypatch):
+    # SB3's default logger (and its configure(None, ...)) makes an SB3-<date> directory in the system temp dir at
+    # every learn() without a custom logger; the parity builders give SB3 a logger with no folder and no outputs.
+    from sb3_offpolicy_parity import sb3_model
+    from stable_baselines3 import SAC as SB3SAC
+
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    temp = Path(tempfile.gettempdir())
+    before = set(temp.glob("SB3-*"))
+    sb3_rollout_and_update(sb3_ppo("Pendulum-v1", num_envs=1, num_steps=64, epochs=1))
+    sb3_model(SB3SAC).learn(total_timesteps=2)
+    assert set(temp.glob("SB3-*")) - before == set()

@@ -262,6 +262,7 @@ def _ppo_rollouts(vec_env) -> tuple[list[dict[str, np.ndarray]], list[dict]]:
     collected the rollout). Also returns PPO's episode-info buffer."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import Logger
 
     class RolloutRecorder(BaseCallback):
         def __init__(self) -> None:
@@ -310,6 +311,7 @@ def _ppo_rollouts(vec_env) -> tuple[list[dict[str, np.ndarray]], list[dict]]:
         seed=0,
         device="cpu",
     )
+    model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's default logger makes a dir in the system temp
     recorder = RolloutRecorder()
     model.learn(total_timesteps=PPO_ITERATIONS * PPO_STEPS * PPO_ENVS, callback=recorder)
     return recorder.rollouts, list(model.ep_info_buffer)

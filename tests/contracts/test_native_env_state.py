@@ -61,6 +61,7 @@ def test_state_of_another_task_is_refused() -> None:
         hopper.load_state_dict(cheetah.state_dict())
 
 
+@pytest.mark.xdist_group("warp")  # one xdist worker compiles and caches warp's kernels for all warp tests
 def test_warp_state_dict_round_trip() -> None:
     pytest.importorskip("mujoco_warp")
     env = make_env("mujoco/HalfCheetah", 2, backend="mujoco_warp", device="cpu", seed=0, max_episode_steps=8)

@@ -23,6 +23,9 @@ pytest.importorskip("mujoco_warp")
 
 from robopt.envs import make_env  # noqa: E402
 
+# One xdist worker runs every warp test: warp compiles its kernels once into the cache and loads them after.
+pytestmark = pytest.mark.xdist_group("warp")
+
 TOL = {"atol": 2e-3, "rtol": 2e-3}
 
 

@@ -282,6 +282,7 @@ def test_defaults_are_off_and_re_exported() -> None:
 # MuJoCo Warp on warp's CPU device (compiles kernels on first use, cached; see test_native_env_warp.py)
 
 
+@pytest.mark.xdist_group("warp")  # one xdist worker compiles and caches warp's kernels for all warp tests
 def test_warp_every_knob_matches_cpu_and_resumes_exactly() -> None:
     pytest.importorskip("mujoco_warp")
     kwargs = {"max_episode_steps": 6, "randomization": EVERY_KNOB}
@@ -305,6 +306,7 @@ def test_warp_every_knob_matches_cpu_and_resumes_exactly() -> None:
     assert all(torch.equal(a, b) for a, b in zip(expected, _rollout(restored, 6, seed=2), strict=True))
 
 
+@pytest.mark.xdist_group("warp")  # one xdist worker compiles and caches warp's kernels for all warp tests
 def test_warp_push_sets_xfrc_applied() -> None:
     pytest.importorskip("mujoco_warp")
     config = {"push_force": [40.0, 40.0], "push_interval": [1, 1], "push_duration": 1}
