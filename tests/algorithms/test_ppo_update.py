@@ -53,7 +53,9 @@ def test_normalize_per_minibatch_hand_worked():
 def test_normalize_per_minibatch_equals_normalizing_each_minibatch():
     advantage = 3.0 + 5.0 * torch.randn(200)  # 3 full blocks of 64 and a remainder of 8
     each = torch.cat([normalize_advantage(block) for block in advantage.split(64)])
-    assert torch.equal(normalize_per_minibatch(advantage, 64), each)
+    # row reductions of the [3, 64] blocks at once vs a full reduction per block (torch's std of a whole tensor
+    # is another algorithm): the same numbers up to float rounding; the results are O(1): 1e-6
+    torch.testing.assert_close(normalize_per_minibatch(advantage, 64), each, rtol=1e-6, atol=1e-6)
 
 
 def test_split_gives_views_of_consecutive_rows():
