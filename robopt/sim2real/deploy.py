@@ -36,10 +36,14 @@ def deploy(
     if config.log_path:  # before anything starts: a log that cannot be written is found now, not after the run
         check_log_path(config.log_path)
     sidecar, policy = load_export(export_dir)
-    robot = parse_robot(robot_spec, sidecar)
+    robot = parse_robot(robot_spec, sidecar, robot_section=config.robot)
     live = sys.stdout.isatty()
 
     def show(status: dict) -> None:
+        for notice in status.get("notices", ()):  # what the robot link reports once (a silent topic...)
+            if live:
+                sys.stdout.write("\r\033[K")
+            echo(f"robot: {notice}")
         if live:  # rewrite one line in a terminal
             sys.stdout.write(f"\r{format_status(status)}\033[K")
             sys.stdout.flush()
@@ -105,7 +109,8 @@ def register(app, fail) -> None:
         robot: str = typer.Option(
             ...,
             "--robot",
-            help="sim:ENV_ID[?noise=0.01&latency_ms=10&delay_ticks=1&drop=0.01&seed=0] or udp://HOST:PORT",
+            help="sim:ENV_ID[?noise=0.01&latency_ms=10&delay_ticks=1&drop=0.01&seed=0], udp://HOST:PORT, "
+            "ros2://[DOMAIN_ID] or zenoh://[ENDPOINT] (topics from the deploy config's robot section)",
         ),
         duration: float | None = typer.Option(None, "--duration", help="seconds to run (default: until Ctrl-C)"),
         config: Path | None = typer.Option(None, "--config", help="deploy YAML (period, limits, safe action...)"),

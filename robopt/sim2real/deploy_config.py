@@ -41,6 +41,10 @@ class DeployConfig:
     chunk_replan_every: int = option(0, "action chunks (H > 1): call the policy every k ticks (0: every H ticks)")
     log_capacity: int = option(100_000, f"ticks kept in the ring log (1 to {MAX_LOG_CAPACITY:_})")
     log_path: str = option("", "save the tick log here (.npy) when the loop closes; empty: no file")
+    robot: dict = option(
+        {}, "ros2:// and zenoh:// robots: transport options, QoS, the observation map and the command "
+        "(robopt.sim2real.ros_map); empty: robopt sim-robot's /robopt/observation and /robopt/command"
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         checks = {

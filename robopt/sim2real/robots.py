@@ -5,6 +5,9 @@ time it was measured (``time.monotonic()`` seconds of this process) and takes ac
 data, it drops and counts it. Specs:
     ``sim:ENV_ID[?noise=0.01&latency_ms=10&delay_ticks=1&drop=0.01&seed=0]``  a simulated robot (SimRobot, torch)
     ``udp://HOST:PORT``                                                        a robot behind the UDP protocol
+    ``ros2://[DOMAIN_ID]``                                                     ROS 2 topics over DDS (Cyclone DDS)
+    ``zenoh://[ENDPOINT]``                                                     ROS 2 topics over Zenoh
+The ROS 2 and Zenoh robots read the deploy config's ``robot`` section (``robopt.sim2real.ros_map``).
 """
 
 from __future__ import annotations
@@ -110,10 +113,49 @@ def _udp_robot(spec: str, sidecar: Sidecar) -> RobotInterface:
         raise DeployError(f"--robot {spec!r}: cannot open the UDP link ({error})") from None
 
 
-def parse_robot(spec: str, sidecar: Sidecar, *, realtime: bool = True) -> RobotInterface:
-    """The robot a ``--robot`` spec names; DeployError (one line) for a bad spec.
+def _topic_robot(spec: str, sidecar: Sidecar, section: dict | None) -> RobotInterface:
+    """A ``ros2://`` or ``zenoh://`` robot: the map of the deploy config's ``robot`` section over its transport."""
+    from robopt.sim2real.ros_map import parse_robot_map
+    from robopt.sim2real.topic_robot import TopicRobot
+
+    scheme, _, rest = spec.partition("://")
+    mapping = parse_robot_map(section, scheme, sidecar.obs_dim, sidecar.action_dim)
+    options = dict(mapping.transport)
+    publications = {mapping.command.topic: (mapping.command.type, mapping.command.qos)}
+    try:
+        if scheme == "ros2":
+            from robopt.sim2real.ros2 import DdsLink, check_domain_id
+
+            allowed = {"domain_id", "interface", "peers"}
+            if set(options) - allowed:
+                raise DeployError(f"robot.ros2: unknown key {sorted(set(options) - allowed)[0]!r}; allowed: "
+                                  f"{', '.join(sorted(allowed))}")  # fmt: skip
+            if rest:
+                if not rest.isdigit():
+                    raise DeployError(f"--robot {spec!r}: expected ros2://DOMAIN_ID with a domain id in 0..232")
+                options["domain_id"] = int(rest)
+            domain_id = check_domain_id(options.get("domain_id", 0))
+            peers = options.get("peers")
+            if peers is not None and (not isinstance(peers, list) or not all(isinstance(p, str) for p in peers)):
+                raise DeployError(f"robot.ros2.peers: expected a list of addresses, got {peers!r}")
+            link = DdsLink(mapping.topics, publications, domain_id, interface=options.get("interface"), peers=peers)
+        else:
+            from robopt.sim2real.zenoh_link import ZenohLink
+
+            link = ZenohLink(mapping.topics, publications, options, endpoint=rest)
+    except (OSError, RuntimeError) as error:  # the DDS or Zenoh library could not start its endpoints
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise DeployError(f"--robot {spec!r}: cannot open the link ({message})") from None
+    return TopicRobot(link, mapping, sidecar.obs_dim, sidecar.action_dim)
+
+
+def parse_robot(
+    spec: str, sidecar: Sidecar, *, realtime: bool = True, robot_section: dict | None = None
+) -> RobotInterface:
+    """The robot a ``--robot`` spec names; DeployError or ConfigError (one line) for a bad spec.
 
     ``realtime=False`` builds a simulated robot stepped by ``step_sync()`` (tests); network robots ignore it.
+    ``robot_section`` is the deploy config's ``robot`` section (the ROS 2 and Zenoh robots' topic map).
     """
     if not isinstance(spec, str):
         raise DeployError(f"--robot must be a string, got {spec!r}")
@@ -121,4 +163,9 @@ def parse_robot(spec: str, sidecar: Sidecar, *, realtime: bool = True) -> RobotI
         return _sim_robot(spec, sidecar, realtime)
     if spec.startswith("udp://"):
         return _udp_robot(spec, sidecar)
-    raise DeployError(f"--robot {spec!r}: expected sim:ENV_ID[?noise=..&latency_ms=..] or udp://HOST:PORT")
+    if spec.startswith(("ros2://", "zenoh://")):
+        return _topic_robot(spec, sidecar, robot_section)
+    raise DeployError(
+        f"--robot {spec!r}: expected sim:ENV_ID[?noise=..&latency_ms=..], udp://HOST:PORT, ros2://[DOMAIN_ID] or "
+        "zenoh://[ENDPOINT]"
+    )

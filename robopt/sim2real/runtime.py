@@ -238,9 +238,18 @@ class ControlLoop:
                     "compute_p99_us": float(np.percentile(window, 99)) if window.size else math.nan,
                     "obs_age_ms": self._last_age * 1e3,
                     "fired": {k: v for k, v in self.all_counters().items() if v and k != "ticks"},
+                    "notices": self._robot_notices(),
                 }
             )
         self._status_time, self._status_ticks, self._window = now, self.ticks, []
+
+    def _robot_notices(self) -> list[str]:
+        """One-line reports of a robot link that has them (a silent topic, an unknown joint...), each once."""
+        take = getattr(self.robot, "take_notices", None)
+        try:
+            return list(take()) if take is not None else []
+        except Exception:
+            return []
 
     def all_counters(self) -> dict[str, int]:
         """The safety layer's checks, the loop's own and the robot's (prefixed ``robot.``)."""

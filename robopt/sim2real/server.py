@@ -27,62 +27,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 import typer
 
 from robopt.sim2real.network import MAX_DATAGRAM, SequenceFilter, open_socket, resolve_address, same_address
 from robopt.sim2real.protocol import KIND_ACTION, KIND_OBS, PacketError, decode, encode, obs_values
-
-COMMAND_TIMEOUT_PERIODS = 10  # default command timeout, in control periods
-
-
-@dataclass
-class ServeResult:
-    episode_returns: list[float] = field(default_factory=list)
-    episode_lengths: list[int] = field(default_factory=list)
-    steps: int = 0
-    counters: dict[str, int] = field(default_factory=dict)
-
-    def summary(self) -> str:
-        mean = float(np.mean(self.episode_returns)) if self.episode_returns else math.nan
-        c = Counter(self.counters)
-        seen = ("sent", "received", "hello", "clipped", "lost", "peer_changed", "resync", "overrun", "command_timeout")
-        dropped = {k: v for k, v in sorted(c.items()) if k not in seen and v}
-        dropped_text = ", ".join(f"{k}={v}" for k, v in dropped.items()) or "none"
-        return (
-            f"sim-robot: episodes {len(self.episode_returns)}, mean return {mean:.3f}, steps {self.steps}, "
-            f"packets sent {c['sent']}, received {c['received']} (hello {c['hello']}), seq gaps {c['lost']}, "
-            f"command timeouts {c['command_timeout']}, dropped: {dropped_text}"
-        )
-
-
-def env_period(env) -> float:
-    """The env's control period in seconds (``env.dt``, or the first Gymnasium env's ``unwrapped.dt``)."""
-    dt = getattr(env, "dt", None)
-    if dt is None and getattr(env, "envs", None):
-        dt = getattr(env.envs[0].unwrapped, "dt", None)
-    if dt is None:
-        raise ValueError(f"{env.env_id} does not state its control period; give --period SECONDS")
-    return float(dt)
-
-
-def parse_peer(peer: str) -> tuple[str, int]:
-    host, _, port = peer.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise ValueError(f"--peer must be HOST:PORT with a port in [1, 65535], got {peer!r}")
-    return host.strip("[]"), int(port)
-
-
-def _check(name: str, value, low: float, high: float = math.inf, low_open: bool = False) -> None:
-    if value is None:
-        return
-    ok = isinstance(value, (int, float)) and math.isfinite(value) and value <= high
-    ok = ok and (value > low if low_open else value >= low)
-    if not ok:
-        bound = f"> {low}" if low_open else f">= {low}"
-        raise ValueError(f"{name} must be a finite number {bound}" + (f" and < {high}" if high < math.inf else ""))
+from robopt.sim2real.serve_common import COMMAND_TIMEOUT_PERIODS, ServeResult, check_number, env_period, parse_peer
 
 
 class SimRobotServer:
@@ -101,10 +52,10 @@ class SimRobotServer:
         log: Callable[[str], None] | None = None,
         command_timeout_ms: float | None = None,
     ) -> None:
-        _check("--period", period, 0.0, low_open=True)
-        _check("--command-timeout-ms", command_timeout_ms, 0.0)
-        _check("--latency-ms", latency_ms, 0.0)
-        _check("--loss", loss, 0.0, 0.999)
+        check_number("--period", period, 0.0, low_open=True)
+        check_number("--command-timeout-ms", command_timeout_ms, 0.0)
+        check_number("--latency-ms", latency_ms, 0.0)
+        check_number("--loss", loss, 0.0, 0.999)
         self.peer = None if peer is None else resolve_address(*parse_peer(peer))
         self.fixed_peer = peer is not None
         self.latency, self.loss = latency_ms / 1000.0, loss
@@ -145,7 +96,7 @@ class SimRobotServer:
         self, duration: float | None = None, episodes: int | None = None, stop: threading.Event | None = None
     ) -> ServeResult:
         """Serve until ``duration`` seconds pass, ``episodes`` episodes end, ``stop`` is set or Ctrl-C."""
-        _check("--duration", duration, 0.0, low_open=True)
+        check_number("--duration", duration, 0.0, low_open=True)
         if episodes is not None and (not isinstance(episodes, int) or episodes < 1):
             raise ValueError(f"--episodes must be an integer >= 1, got {episodes!r}")
         result = ServeResult()
@@ -303,29 +254,66 @@ def register(app: typer.Typer, fail: Callable[..., None]) -> None:
     @app.command("sim-robot")
     def sim_robot(
         env_id: str = typer.Argument(..., help="robopt env id to simulate, e.g. Pendulum-v1"),
-        port: int = typer.Option(..., "--port", help="UDP port to listen on (0: any free port, printed)"),
+        port: int | None = typer.Option(None, "--port", help="UDP port to listen on (0: any free port, printed)"),
         host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
         period: float | None = typer.Option(None, "--period", help="seconds per step (default: the env's dt)"),
-        latency_ms: float = typer.Option(0.0, "--latency-ms", help="added one-way delay of every datagram"),
-        loss: float = typer.Option(0.0, "--loss", help="probability each datagram is lost, either direction"),
-        seed: int = typer.Option(0, "--seed", help="env reset seed and packet-loss seed"),
+        latency_ms: float = typer.Option(0.0, "--latency-ms", help="added one-way delay of every message"),
+        loss: float = typer.Option(0.0, "--loss", help="probability each message is lost, either direction"),
+        seed: int = typer.Option(0, "--seed", help="env reset seed and message-loss seed"),
         duration: float | None = typer.Option(None, "--duration", help="stop after this many seconds"),
         episodes: int | None = typer.Option(None, "--episodes", help="stop after this many episodes"),
-        peer: str | None = typer.Option(None, "--peer", help="HOST:PORT to send OBS to from the start"),
+        peer: str | None = typer.Option(None, "--peer", help="UDP: HOST:PORT to send OBS to from the start"),
         command_timeout_ms: float | None = typer.Option(
-            None, "--command-timeout-ms", help="zero action after this long with no ACTION (default 10 periods; 0: off)"
+            None,
+            "--command-timeout-ms",
+            help="zero action after this long with no command (default 10 periods; 0: off)",
         ),
+        ros2: bool = typer.Option(False, "--ros2", help="serve ROS 2 topics over DDS instead of UDP"),
+        zenoh: bool = typer.Option(False, "--zenoh", help="serve ROS 2 topics over Zenoh instead of UDP"),
+        domain_id: int = typer.Option(0, "--domain-id", help="--ros2: the DDS domain (0..232)"),
+        interface: str | None = typer.Option(None, "--interface", help="--ros2: network interface (unicast, e.g. lo)"),
+        dds_peer: list[str] | None = typer.Option(None, "--dds-peer", help="--ros2: address to reach (unicast)"),
+        connect: list[str] | None = typer.Option(None, "--connect", help="--zenoh: endpoint, e.g. tcp/127.0.0.1:7447"),
+        listen: list[str] | None = typer.Option(None, "--listen", help="--zenoh: endpoint to listen on"),
+        command_topic: str = typer.Option("/robopt/command", "--command-topic", help="--ros2/--zenoh: command topic"),
     ) -> None:
-        """Serve a simulated robot over UDP (OBS out, ACTION in) for hardware-in-the-loop tests."""
+        """Serve a simulated robot: over UDP (OBS out, ACTION in), or as ROS 2 topics (--ros2, --zenoh)."""
         from robopt.options import ConfigError
 
         try:
+            if ros2 and zenoh:
+                raise ValueError("give --ros2 or --zenoh, not both")
+            if ros2 or zenoh:
+                if port is not None or peer is not None:
+                    raise ValueError("--port and --peer are UDP options; --ros2 and --zenoh serve topics")
+                serve_topics(
+                    env_id, "ros2" if ros2 else "zenoh", domain_id=domain_id, interface=interface,
+                    peers=dds_peer or None, zenoh_options={"connect": connect or [], "listen": listen or []},
+                    command_topic=command_topic, period=period, latency_ms=latency_ms, loss=loss, seed=seed,
+                    duration=duration, episodes=episodes, command_timeout_ms=command_timeout_ms, log=typer.echo,
+                )  # fmt: skip
+                return
+            if port is None:
+                raise ValueError("missing --port PORT (UDP), or --ros2 / --zenoh to serve topics")
             serve(
                 env_id, port, host, period, latency_ms, loss, seed, duration, episodes, peer,
                 log=typer.echo, command_timeout_ms=command_timeout_ms,
             )  # fmt: skip
         except (ValueError, ConfigError) as error:  # DeployError is a ValueError
             fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
+
+
+def serve_topics(env_id: str, transport: str, duration=None, episodes=None, stop=None, **options) -> ServeResult:
+    """Build a ``TopicSimRobotServer`` (``robopt.sim2real.topic_server``), serve, close; prints the summary."""
+    from robopt.sim2real.topic_server import TopicSimRobotServer
+
+    server = TopicSimRobotServer(env_id, transport, **options)
+    try:
+        result = server.run(duration, episodes, stop)
+    finally:
+        server.close()
+    server.log(result.summary())
+    return result
 
 
 def _group() -> None:

@@ -1,0 +1,59 @@
+"""What the simulated-robot servers share (UDP: ``server.py``; ROS 2 topics: ``topic_server.py``): the result,
+the env's control period, argument checks."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+COMMAND_TIMEOUT_PERIODS = 10  # default command timeout, in control periods
+
+
+@dataclass
+class ServeResult:
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+    steps: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        mean = float(np.mean(self.episode_returns)) if self.episode_returns else math.nan
+        c = Counter(self.counters)
+        seen = ("sent", "received", "hello", "clipped", "lost", "peer_changed", "resync", "overrun", "command_timeout")
+        dropped = {k: v for k, v in sorted(c.items()) if k not in seen and v}
+        dropped_text = ", ".join(f"{k}={v}" for k, v in dropped.items()) or "none"
+        return (
+            f"sim-robot: episodes {len(self.episode_returns)}, mean return {mean:.3f}, steps {self.steps}, "
+            f"packets sent {c['sent']}, received {c['received']} (hello {c['hello']}), seq gaps {c['lost']}, "
+            f"command timeouts {c['command_timeout']}, dropped: {dropped_text}"
+        )
+
+
+def env_period(env) -> float:
+    """The env's control period in seconds (``env.dt``, or the first Gymnasium env's ``unwrapped.dt``)."""
+    dt = getattr(env, "dt", None)
+    if dt is None and getattr(env, "envs", None):
+        dt = getattr(env.envs[0].unwrapped, "dt", None)
+    if dt is None:
+        raise ValueError(f"{env.env_id} does not state its control period; give --period SECONDS")
+    return float(dt)
+
+
+def parse_peer(peer: str) -> tuple[str, int]:
+    host, _, port = peer.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ValueError(f"--peer must be HOST:PORT with a port in [1, 65535], got {peer!r}")
+    return host.strip("[]"), int(port)
+
+
+def check_number(name: str, value, low: float, high: float = math.inf, low_open: bool = False) -> None:
+    if value is None:
+        return
+    ok = isinstance(value, (int, float)) and math.isfinite(value) and value <= high
+    ok = ok and (value > low if low_open else value >= low)
+    if not ok:
+        bound = f"> {low}" if low_open else f">= {low}"
+        raise ValueError(f"{name} must be a finite number {bound}" + (f" and < {high}" if high < math.inf else ""))

@@ -1,0 +1,225 @@
+"""A robot behind topics (ROS 2 over DDS, or Zenoh): the observation from the latest messages, the action out.
+
+Torch-free (numpy, stdlib). Shapes: D obs dim, A action dim. ``TopicRobot`` is the ``RobotInterface`` shared by the
+transports; a transport (``robopt.sim2real.ros2``, ``robopt.sim2real.zenoh_link``) only moves CDR payloads: it
+subscribes to the map's topics, hands over ``(topic, payload, receive time)`` when polled, and publishes the
+command payload.
+
+``read()`` decodes the newest payload of each topic (``robopt.sim2real.cdr``) and builds the observation from the
+map's entries (``robopt.sim2real.ros_map``). Its time is the oldest of the topics' measurement times: a topic's
+header stamp (ROS time, wall clock), moved onto this process's monotonic clock, or the receive time for a message
+without a header or with ``stamps: receive``; the safety layer then judges staleness and stamps from the future.
+Every message is decoded and its entries computed when it arrives; nothing raises on bad data: a malformed payload,
+a NaN or Inf, an array of the wrong length, a JointState without a configured joint are counted, one count per
+message, and dropped (the topic's previous good message stays, and ages); a topic that never published a good
+message leaves ``read()`` at (None, nan), so the loop sends the safe action. One-line notices say what is wrong
+once (``take_notices()``: the deploy command prints them): a silent topic, an unknown joint with the names that
+exist, a command topic without a subscriber, a QoS mismatch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from robopt.sim2real import cdr
+from robopt.sim2real.ros_map import CommandMap, RobotMap, Selection, flatten, get_field
+
+SILENT_NOTICE_S = 1.0  # a topic with no message this long after start gets a notice
+
+
+class Transport(Protocol):
+    """What TopicRobot needs from a transport (DDS, Zenoh). Never raises after it was built."""
+
+    counters: dict[str, int]
+
+    def poll(self) -> list[tuple[str, bytes, float]]:
+        """Payloads received since the last poll: (topic, CDR payload, receive time on time.monotonic())."""
+        ...
+
+    def publish(self, topic: str, payload: bytes) -> bool:
+        """Send a payload on one of the link's publications; False when it could not be sent."""
+        ...
+
+    def take_notices(self) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+
+def wall_to_monotonic(stamp: float, wall_now: float, monotonic_now: float) -> float:
+    """A wall-clock time (ROS header stamp) on this process's monotonic clock."""
+    return monotonic_now - (wall_now - stamp)
+
+
+class TopicRobot:
+    """``RobotInterface`` over a ``Transport`` and a ``RobotMap`` (module doc)."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        mapping: RobotMap,
+        obs_dim: int,
+        action_dim: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.transport, self.map, self.obs_dim, self.action_dim = transport, mapping, obs_dim, action_dim
+        self.clock, self.wall_clock = clock, wall_clock
+        self.episode_returns: list[float] = []
+        self._counters = {"malformed": 0, "nonfinite": 0, "wrong_length": 0, "unknown_joint": 0, "waiting": 0,
+                          "send_failed": 0, "messages": 0}  # fmt: skip
+        # topic -> the entries' vectors from its newest good message, and that message's measurement time
+        self._latest: dict[str, tuple[dict[int, np.ndarray], float]] = {}
+        self._entries: dict[str, list[tuple[int, Selection]]] = {}
+        for i, selection in enumerate(mapping.observation):
+            self._entries.setdefault(selection.topic, []).append((i, selection))
+        self._notices: list[str] = []
+        self._noticed: set[str] = set()
+        self._start = clock()
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return {**self._counters, **self.transport.counters}
+
+    def notice(self, key: str, line: str) -> None:
+        """Queue ``line`` once per ``key``."""
+        if key not in self._noticed:
+            self._noticed.add(key)
+            self._notices.append(line)
+
+    def take_notices(self) -> list[str]:
+        notices = self._notices + self.transport.take_notices()
+        self._notices = []
+        return notices
+
+    # ------------------------------------------------------------------------------------------------ read
+
+    def _measurement_time(self, message: dict, received: float) -> float:
+        header = message.get("header")
+        if self.map.stamps == "receive" or not isinstance(header, dict):
+            return received
+        stamp = header["stamp"]
+        seconds = float(stamp["sec"]) + float(stamp["nanosec"]) * 1e-9
+        if seconds == 0.0:  # an unset stamp (a driver that fills none): the receive time
+            return received
+        return wall_to_monotonic(seconds, self.wall_clock(), self.clock())
+
+    def _accept(self, topic: str, payload: bytes, received: float) -> None:
+        """Decode one message and compute its entries' vectors; a message any entry cannot use is counted (by the
+        first reason) and dropped, so the topic keeps its previous good message."""
+        full = self.map.topics[topic][0]
+        try:
+            message = cdr.decode(full, payload)
+        except cdr.CdrError:
+            self._counters["malformed"] += 1
+            return
+        parts = {}
+        for i, selection in self._entries.get(topic, ()):
+            try:
+                part = self._select(selection, message)
+            except (ValueError, KeyError, IndexError, TypeError, FloatingPointError):  # a hook that failed on it
+                self._counters["malformed"] += 1
+                return
+            if part is None:  # counted by _select
+                return
+            if not np.all(np.isfinite(part)):
+                self._counters["nonfinite"] += 1
+                return
+            parts[i] = part
+        self._latest[topic] = (parts, self._measurement_time(message, received))
+        self._counters["messages"] += 1
+
+    def _select(self, selection: Selection, message: dict) -> np.ndarray | None:
+        value = get_field(message, selection.field)
+        vector = flatten(value)
+        if selection.joints:
+            names = message["name"]
+            positions = []
+            for joint in selection.joints:
+                if joint not in names:
+                    self._counters["unknown_joint"] += 1
+                    shown = ", ".join(names[:20]) + (" ..." if len(names) > 20 else "")
+                    self.notice(f"joint:{selection.topic}:{joint}", f"{selection.key}: {selection.topic} has no joint "
+                                f"{joint!r}; its names are: {shown or '(none)'}")  # fmt: skip
+                    return None
+                positions.append(names.index(joint))
+            if len(vector) != len(names):
+                self._counters["wrong_length"] += 1
+                return None
+            vector = vector[positions]
+        elif selection.index:
+            if max(selection.index) >= len(vector):
+                self._counters["wrong_length"] += 1
+                return None
+            vector = vector[list(selection.index)]
+        with np.errstate(all="ignore"):  # cos(inf) and the like are NaN, which read() counts as nonfinite
+            parts = [np.asarray(transform(vector), dtype=np.float64).reshape(-1) for transform in selection.transforms]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def read(self) -> tuple[np.ndarray | None, float]:
+        try:
+            arrived = self.transport.poll()
+        except Exception:  # a transport that broke mid-run: no new messages this tick
+            arrived = []
+            self._counters["malformed"] += 1
+        for topic, payload, received in arrived:  # in arrival order: the newest good message of a topic wins
+            if topic in self.map.topics:
+                self._accept(topic, payload, received)
+        missing = [topic for topic in self.map.topics if topic not in self._latest]
+        if missing:
+            self._counters["waiting"] += 1
+            if self.clock() - self._start > SILENT_NOTICE_S:
+                for topic in missing:
+                    self.notice(f"silent:{topic}", f"waiting for {topic}: no valid message yet (the safe action "
+                                                   "is sent until every observation topic has published)")  # fmt: skip
+            return None, math.nan
+        parts, oldest = [], math.inf
+        for i, selection in enumerate(self.map.observation):
+            vectors, measured = self._latest[selection.topic]
+            parts.append(vectors[i])
+            oldest = min(oldest, measured)
+        obs = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+        if obs.shape != (self.obs_dim,):  # sequences whose length the config could not know
+            self._counters["wrong_length"] += 1
+            self.notice("obs_size", f"robot.observation: the messages give {obs.size} numbers but the policy takes "
+                                    f"{self.obs_dim}")  # fmt: skip
+            return None, math.nan
+        return obs, oldest
+
+    # ------------------------------------------------------------------------------------------------ send
+
+    def command_message(self, action: np.ndarray) -> dict:
+        """The command message for ``action`` [A] (scale * action + offset in the map's field)."""
+        command: CommandMap = self.map.command
+        values = np.asarray(action, dtype=np.float64).reshape(-1) * command.scale + command.offset
+        if command.type == "std_msgs/msg/Float64MultiArray":
+            return {"data": values}
+        if command.type == "sensor_msgs/msg/JointState":
+            now = self.wall_clock()
+            stamp = {"sec": int(now), "nanosec": int((now % 1.0) * 1e9)}
+            return {"header": {"stamp": stamp}, "name": list(command.joints), command.field: values}
+        message: dict = {"linear": {}, "angular": {}}
+        for path, value in zip(command.fields, values):
+            group, axis = path.split(".")
+            message[group][axis] = float(value)
+        return message
+
+    def send(self, action: np.ndarray) -> None:
+        try:
+            payload = cdr.encode(self.map.command.type, self.command_message(action))
+            ok = self.transport.publish(self.map.command.topic, payload)
+        except Exception:
+            ok = False
+        if not ok:
+            self._counters["send_failed"] += 1
+
+    def close(self) -> None:
+        try:
+            self.transport.close()
+        except Exception:  # closing a broken link: nothing left to do
+            pass

@@ -1,0 +1,243 @@
+"""``robopt sim-robot ENV_ID --ros2`` / ``--zenoh``: a simulated robot served as ROS 2 topics (torch, the simulators).
+
+Every ``period`` the env steps with the latest command and the robot publishes what it measured:
+    ``/joint_states``        sensor_msgs/JointState, stamped with the wall-clock time of the measurement. The joints
+                             are the env's where robopt knows them (Pendulum-v1: ``hinge``, position the angle
+                             atan2(sin, cos) of the observation, velocity its rate), else ``obs_0`` ... ``obs_{D-1}``
+                             holding the observation as positions.
+    ``/robopt/observation``  std_msgs/Float64MultiArray, the observation vector (the default deploy map's input).
+and takes ``std_msgs/Float64MultiArray`` commands on ``--command-topic`` (``/robopt/command``; ros2_control's
+forward command controllers take the same message on ``/<controller>/commands``), clipped into the action bounds.
+
+As the UDP server (``robopt.sim2real.server``): it waits for the first command before it steps (publishing the
+reset observation every period, so a deploy runtime sees the robot and starts), every message in either direction
+is lost with probability ``loss`` and delayed by ``latency_ms``, and after ``command_timeout`` without a command
+the env steps with zero action (counted ``command_timeout``). Malformed commands are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+
+from robopt.sim2real import cdr
+from robopt.sim2real.ros_map import Qos
+from robopt.sim2real.serve_common import COMMAND_TIMEOUT_PERIODS, ServeResult, check_number, env_period
+
+JOINT_STATES, OBSERVATION, COMMAND = "/joint_states", "/robopt/observation", "/robopt/command"
+JOINT_STATE, FLOAT64_ARRAY = "sensor_msgs/msg/JointState", "std_msgs/msg/Float64MultiArray"
+
+
+def pendulum_joints(obs: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Pendulum-v1's observation (cos q, sin q, dq) as its one joint ``hinge``: position q, velocity dq."""
+    return ["hinge"], np.array([math.atan2(obs[1], obs[0])]), np.array([obs[2]])
+
+
+JOINT_VIEWS: dict[str, Callable[[np.ndarray], tuple[list[str], np.ndarray, np.ndarray]]] = {
+    "Pendulum-v1": pendulum_joints,
+}
+"""Env id -> the joints of its observation (names, positions, velocities), for /joint_states."""
+
+
+def joint_state(env_id: str, obs: np.ndarray, wall_time: float) -> dict:
+    view = JOINT_VIEWS.get(env_id)
+    if view is not None:
+        names, position, velocity = view(obs)
+    else:
+        names, position, velocity = [f"obs_{i}" for i in range(obs.size)], obs, np.zeros(0)
+    stamp = {"sec": int(wall_time), "nanosec": min(int((wall_time % 1.0) * 1e9), 999_999_999)}
+    return {"header": {"stamp": stamp, "frame_id": "base"}, "name": names, "position": position,
+            "velocity": velocity}  # fmt: skip
+
+
+class TopicSimRobotServer:
+    """The env and its link (``ros2`` or ``zenoh``), built at construction; ``run`` serves."""
+
+    def __init__(
+        self,
+        env_id: str,
+        transport: str = "ros2",
+        *,
+        domain_id: int = 0,
+        interface: str | None = None,
+        peers: list[str] | None = None,
+        zenoh_options: dict | None = None,
+        endpoint: str = "",
+        command_topic: str = COMMAND,
+        period: float | None = None,
+        latency_ms: float = 0.0,
+        loss: float = 0.0,
+        seed: int = 0,
+        command_timeout_ms: float | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        from robopt.sim2real.ros_messages import check_topic_name
+
+        check_number("--period", period, 0.0, low_open=True)
+        check_number("--command-timeout-ms", command_timeout_ms, 0.0)
+        check_number("--latency-ms", latency_ms, 0.0)
+        check_number("--loss", loss, 0.0, 0.999)
+        check_topic_name(command_topic)
+        if transport not in ("ros2", "zenoh"):
+            raise ValueError(f"transport must be ros2 or zenoh, got {transport!r}")
+        self.log = log or (lambda line: print(line, flush=True))
+        self.latency, self.loss, self.rng = latency_ms / 1000.0, loss, np.random.default_rng(seed)
+        self.env_id, self.seed, self.transport, self.command_topic = env_id, seed, transport, command_topic
+        from robopt.envs import make_env
+
+        self.env = make_env(env_id, 1)
+        try:
+            self.period = env_period(self.env) if period is None else float(period)
+            timeout = COMMAND_TIMEOUT_PERIODS * self.period if command_timeout_ms is None else command_timeout_ms / 1e3
+            self.command_timeout = timeout
+            self.low = self.env.action_low.cpu().numpy().astype(np.float64)
+            self.high = self.env.action_high.cpu().numpy().astype(np.float64)
+            subscriptions = {command_topic: (FLOAT64_ARRAY, Qos("reliable", 10))}
+            publications = {JOINT_STATES: (JOINT_STATE, Qos("best_effort", 5)),
+                            OBSERVATION: (FLOAT64_ARRAY, Qos("reliable", 10))}  # fmt: skip
+            if transport == "ros2":
+                from robopt.sim2real.ros2 import DdsLink, check_domain_id
+
+                check_domain_id(domain_id, "--domain-id")
+                self.link = DdsLink(subscriptions, publications, domain_id, interface=interface, peers=peers)
+                self.where = f"ros2 domain {domain_id}"
+            else:
+                from robopt.sim2real.zenoh_link import ZenohLink
+
+                self.link = ZenohLink(subscriptions, publications, zenoh_options, endpoint)
+                options = zenoh_options or {}
+                endpoints = [
+                    f"connect {e}" for e in [*(options.get("connect") or []), *([endpoint] if endpoint else [])]
+                ]
+                endpoints += [f"listen {e}" for e in options.get("listen") or []]
+                self.where = f"zenoh ({', '.join(endpoints) or 'peer discovery'})"
+        except BaseException:
+            self.env.close()
+            raise
+        self.counters: Counter[str] = Counter()
+        self.action = np.zeros(self.env.action_dim)
+        self._last_command = math.nan
+        self._inbox: list = []  # heap of (due, n, payload)
+        self._outbox: list = []  # heap of (due, n, topic, payload)
+        self._n = 0
+
+    def ready_line(self) -> str:
+        timeout = f"{self.command_timeout:g} s" if self.command_timeout > 0 else "off"
+        return (
+            f"sim-robot: {self.env_id} on {self.where}, {JOINT_STATES} and {OBSERVATION} out, {self.command_topic} "
+            f"in, period {self.period:g} s, obs_dim {self.env.obs_dim}, action_dim {self.env.action_dim}, command "
+            f"timeout {timeout}; waiting for the first command"
+        )
+
+    def _publish(self, obs: np.ndarray) -> None:
+        now_wall = time.time()
+        for topic, full, message in (
+            (JOINT_STATES, JOINT_STATE, joint_state(self.env_id, obs, now_wall)),
+            (OBSERVATION, FLOAT64_ARRAY, {"data": obs}),
+        ):
+            if self.rng.random() < self.loss:
+                self.counters["lost_out"] += 1
+                continue
+            self._n += 1
+            heapq.heappush(self._outbox, (time.monotonic() + self.latency, self._n, topic, cdr.encode(full, message)))
+
+    def _flush(self, now: float) -> None:
+        while self._outbox and self._outbox[0][0] <= now:
+            _, _, topic, payload = heapq.heappop(self._outbox)
+            self.counters["sent" if self.link.publish(topic, payload) else "send_failed"] += 1
+
+    def _receive(self, now: float) -> None:
+        for _, payload, _ in self.link.poll():
+            if self.rng.random() < self.loss:
+                self.counters["lost_in"] += 1
+                continue
+            self._n += 1
+            heapq.heappush(self._inbox, (now + self.latency, self._n, payload))
+        while self._inbox and self._inbox[0][0] <= now:
+            _, _, payload = heapq.heappop(self._inbox)
+            self._accept(payload)
+
+    def _accept(self, payload: bytes) -> None:
+        try:
+            action = np.asarray(cdr.decode(FLOAT64_ARRAY, payload)["data"], dtype=np.float64)
+        except cdr.CdrError:
+            self.counters["malformed"] += 1
+            return
+        if action.shape != (self.env.action_dim,):
+            self.counters["wrong_length"] += 1
+            return
+        if not np.all(np.isfinite(action)):
+            self.counters["nonfinite"] += 1
+            return
+        self.counters["received"] += 1
+        clipped = np.clip(action, self.low, self.high)
+        if not np.array_equal(clipped, action):
+            self.counters["clipped"] += 1
+        self.action, self._last_command = clipped, time.monotonic()
+
+    def _step(self, result: ServeResult) -> np.ndarray:
+        import torch
+
+        if self.command_timeout > 0 and time.monotonic() - self._last_command > self.command_timeout:
+            self.action = np.zeros(self.env.action_dim)
+            self._last_command = math.nan
+            self.counters["command_timeout"] += 1
+        obs, reward, terminated, truncated, info = self.env.step(
+            torch.as_tensor(self.action[None], dtype=torch.float32)
+        )
+        result.steps += 1
+        if bool(terminated[0] or truncated[0]):
+            result.episode_returns.append(float(info["episode_return"][0]))
+            result.episode_lengths.append(int(info["episode_length"][0]))
+            self.log(f"episode {len(result.episode_returns)}: return {result.episode_returns[-1]:.3f} "
+                     f"({result.episode_lengths[-1]} steps)")  # fmt: skip
+        return obs[0].numpy().astype(np.float64)
+
+    def run(
+        self, duration: float | None = None, episodes: int | None = None, stop: threading.Event | None = None
+    ) -> ServeResult:
+        """Serve until ``duration`` seconds pass, ``episodes`` episodes end, ``stop`` is set or Ctrl-C."""
+        check_number("--duration", duration, 0.0, low_open=True)
+        if episodes is not None and (not isinstance(episodes, int) or episodes < 1):
+            raise ValueError(f"--episodes must be an integer >= 1, got {episodes!r}")
+        result = ServeResult()
+        deadline = math.inf if duration is None else time.monotonic() + duration
+        self.log(self.ready_line())
+        obs = self.env.reset(seed=self.seed)[0].numpy().astype(np.float64)
+        started, next_tick = False, time.monotonic()
+        try:
+            while time.monotonic() < deadline and not (stop is not None and stop.is_set()):
+                if episodes is not None and len(result.episode_returns) >= episodes:
+                    break
+                now = time.monotonic()
+                self._receive(now)
+                if now >= next_tick:
+                    if started:
+                        obs = self._step(result)
+                    started = started or self.counters["received"] > 0
+                    self._publish(obs)
+                    next_tick += self.period
+                    if next_tick < now:
+                        self.counters["overrun"] += 1
+                        next_tick = now + self.period
+                self._flush(time.monotonic())
+                wake = min(next_tick, deadline, *(q[0][0] for q in (self._inbox, self._outbox) if q))
+                time.sleep(min(max(wake - time.monotonic(), 0.0), 0.0005))
+        except KeyboardInterrupt:
+            self.log("sim-robot: interrupted")
+        result.counters = {**dict(self.counters), **{f"link.{k}": v for k, v in self.link.counters.items() if v}}
+        for notice in self.link.take_notices():
+            self.log(f"sim-robot: {notice}")
+        return result
+
+    def close(self) -> None:
+        try:
+            self.link.close()
+        finally:
+            self.env.close()
