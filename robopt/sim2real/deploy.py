@@ -1,4 +1,5 @@
-"""``robopt deploy EXPORT_DIR --robot sim:ENV_ID|udp://HOST:PORT``: run an exported policy on a robot.
+"""``robopt deploy EXPORT_DIR --robot sim:ENV_ID|udp://HOST:PORT|ros2://[DOMAIN]|zenoh://[ENDPOINT]``: run an
+exported policy on a robot.
 
 Torch-free at import and for network robots (numpy, onnxruntime, pyyaml); a ``sim:`` robot imports torch and the
 simulators when it is built. Prints a status line about once a second and a summary at the end (ticks, rate,
@@ -8,6 +9,7 @@ ends (``--duration``, Ctrl-C) with ``ControlLoop.stop()``: the safe action until
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 
@@ -55,9 +57,15 @@ def deploy(
     except BaseException:
         robot.close()
         raise
+    # Objects that exist now (the runtime, onnxruntime, numpy; torch in a full install) leave the garbage
+    # collector's generations: a collection during the loop then scans only what the loop allocates (a full
+    # collection with torch loaded takes about 85 ms here, twenty 4 ms periods).
+    gc.collect()
+    gc.freeze()
     try:
         loop.run(duration=duration)
     finally:
+        gc.unfreeze()
         try:
             loop.stop()  # the deployment ends: e-stop, the safe action until it reaches its target
             summary = loop.summary()

@@ -172,6 +172,7 @@ def test_policy_over_topics_returns_what_it_returns_in_process(
         server.kill()
     returns = [float(value) for value in re.findall(r"episode \d+: return (-?[\d.]+)", output)]
     assert len(returns) == 2, output
+    print(f"over {kind} {' '.join(options)}: returns {returns}, in process {[round(float(r), 3) for r in reference]}")
     for deployed, expected in zip(returns, reference):
         # the two processes tick out of phase: an action may reach the robot one 10 ms step late
         assert abs(deployed - expected) <= tolerance * abs(expected), (returns, reference)
