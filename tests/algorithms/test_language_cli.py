@@ -12,10 +12,21 @@ ROOT = Path(__file__).parents[2]
 pytest.importorskip("transformers")
 
 
-def _robopt(*args: str) -> subprocess.CompletedProcess:
+def _robopt_process(*args: str) -> subprocess.CompletedProcess:
+    """``robopt`` in a process of its own: the installed entry point, end to end."""
     return subprocess.run(
         [sys.executable, "-m", "robopt.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=180
     )
+
+
+def _robopt(*args: str) -> subprocess.CompletedProcess:
+    """The same command line in this process (the refusals: no process start and imports per case, about 2.5 s)."""
+    from typer.testing import CliRunner
+
+    from robopt.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 @pytest.mark.parametrize(
@@ -64,11 +75,11 @@ def test_trpo_needs_the_acting_logits(tmp_path):
 
 
 def test_train_then_eval_reports_heldout_accuracy(tmp_path):
-    result = _robopt("train", "configs/grpo_addition.yaml", f"log.run_root={tmp_path}", "--no-progress",
-                     "total_steps=128", "log.eval_episodes=8")  # fmt: skip
+    result = _robopt_process("train", "configs/grpo_addition.yaml", f"log.run_root={tmp_path}", "--no-progress",
+                             "total_steps=128", "log.eval_episodes=8")  # fmt: skip
     assert result.returncode == 0, result.stderr
     (run_dir,) = (tmp_path / "grpo_addition").iterdir()
-    result = _robopt("eval", str(run_dir), "--episodes", "8", "--pass-k", "4")
+    result = _robopt_process("eval", str(run_dir), "--episodes", "8", "--pass-k", "4")
     assert result.returncode == 0, result.stderr
     greedy, sampled = result.stdout.strip().splitlines()[-2:]
     assert "success rate" in greedy  # exact-match accuracy on held-out prompts, one greedy completion each
