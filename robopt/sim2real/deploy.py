@@ -38,7 +38,17 @@ def deploy(
     if config.log_path:  # before anything starts: a log that cannot be written is found now, not after the run
         check_log_path(config.log_path)
     sidecar, policy = load_export(export_dir)
-    robot = parse_robot(robot_spec, sidecar, robot_section=config.robot)
+    # Objects that exist now (the runtime, onnxruntime, numpy; torch in a full install) leave the garbage
+    # collector's generations: a collection during the loop then scans only what the loop allocates (a full
+    # collection with torch loaded takes about 85 ms here, twenty 4 ms periods). Before the robot connects: a
+    # robot that runs from the first packet would step that long without a command.
+    gc.collect()
+    gc.freeze()
+    try:
+        robot = parse_robot(robot_spec, sidecar, robot_section=config.robot)
+    except BaseException:
+        gc.unfreeze()
+        raise
     live = sys.stdout.isatty()
 
     def show(status: dict) -> None:
@@ -55,13 +65,9 @@ def deploy(
     try:
         loop = ControlLoop(policy, robot, sidecar, config, status=show)
     except BaseException:
+        gc.unfreeze()
         robot.close()
         raise
-    # Objects that exist now (the runtime, onnxruntime, numpy; torch in a full install) leave the garbage
-    # collector's generations: a collection during the loop then scans only what the loop allocates (a full
-    # collection with torch loaded takes about 85 ms here, twenty 4 ms periods).
-    gc.collect()
-    gc.freeze()
     try:
         loop.run(duration=duration)
     finally:
