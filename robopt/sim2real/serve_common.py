@@ -4,6 +4,7 @@ the env's control period, argument checks."""
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -57,3 +58,11 @@ def check_number(name: str, value, low: float, high: float = math.inf, low_open:
     if not ok:
         bound = f"> {low}" if low_open else f">= {low}"
         raise ValueError(f"{name} must be a finite number {bound}" + (f" and < {high}" if high < math.inf else ""))
+
+
+def run_deadline(duration: float | None, episodes: int | None) -> float:
+    """Check a server's ``--duration`` and ``--episodes``; the monotonic time to stop at (inf without a duration)."""
+    check_number("--duration", duration, 0.0, low_open=True)
+    if episodes is not None and (not isinstance(episodes, int) or episodes < 1):
+        raise ValueError(f"--episodes must be an integer >= 1, got {episodes!r}")
+    return math.inf if duration is None else time.monotonic() + duration

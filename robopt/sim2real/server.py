@@ -33,7 +33,14 @@ import typer
 
 from robopt.sim2real.network import MAX_DATAGRAM, SequenceFilter, open_socket, resolve_address, same_address
 from robopt.sim2real.protocol import KIND_ACTION, KIND_OBS, PacketError, decode, encode, obs_values
-from robopt.sim2real.serve_common import COMMAND_TIMEOUT_PERIODS, ServeResult, check_number, env_period, parse_peer
+from robopt.sim2real.serve_common import (
+    COMMAND_TIMEOUT_PERIODS,
+    ServeResult,
+    check_number,
+    env_period,
+    parse_peer,
+    run_deadline,
+)
 
 
 class SimRobotServer:
@@ -96,11 +103,8 @@ class SimRobotServer:
         self, duration: float | None = None, episodes: int | None = None, stop: threading.Event | None = None
     ) -> ServeResult:
         """Serve until ``duration`` seconds pass, ``episodes`` episodes end, ``stop`` is set or Ctrl-C."""
-        check_number("--duration", duration, 0.0, low_open=True)
-        if episodes is not None and (not isinstance(episodes, int) or episodes < 1):
-            raise ValueError(f"--episodes must be an integer >= 1, got {episodes!r}")
+        deadline = run_deadline(duration, episodes)
         result = ServeResult()
-        deadline = math.inf if duration is None else time.monotonic() + duration
         self.log(self.ready_line())
         next_step, seq = None, 0
         try:

@@ -28,7 +28,7 @@ import numpy as np
 
 from robopt.sim2real import cdr
 from robopt.sim2real.ros_map import Qos
-from robopt.sim2real.serve_common import COMMAND_TIMEOUT_PERIODS, ServeResult, check_number, env_period
+from robopt.sim2real.serve_common import COMMAND_TIMEOUT_PERIODS, ServeResult, check_number, env_period, run_deadline
 
 JOINT_STATES, OBSERVATION, COMMAND = "/joint_states", "/robopt/observation", "/robopt/command"
 JOINT_STATE, FLOAT64_ARRAY = "sensor_msgs/msg/JointState", "std_msgs/msg/Float64MultiArray"
@@ -203,11 +203,8 @@ class TopicSimRobotServer:
         self, duration: float | None = None, episodes: int | None = None, stop: threading.Event | None = None
     ) -> ServeResult:
         """Serve until ``duration`` seconds pass, ``episodes`` episodes end, ``stop`` is set or Ctrl-C."""
-        check_number("--duration", duration, 0.0, low_open=True)
-        if episodes is not None and (not isinstance(episodes, int) or episodes < 1):
-            raise ValueError(f"--episodes must be an integer >= 1, got {episodes!r}")
+        deadline = run_deadline(duration, episodes)
         result = ServeResult()
-        deadline = math.inf if duration is None else time.monotonic() + duration
         self.log(self.ready_line())
         obs = self.env.reset(seed=self.seed)[0].numpy().astype(np.float64)
         started, next_tick = False, time.monotonic()

@@ -405,6 +405,7 @@ def test_fert_clones_the_successful_action_nearest_to_a_failure(local_ray):
         loop.close()
 
 
+@pytest.mark.slow  # end to end in other processes: make test, not test-fast
 def test_cli_trains_a_fleet_end_to_end_without_writing_home(tmp_path):
     home = tmp_path / "home"
     home.mkdir()

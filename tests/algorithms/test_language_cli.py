@@ -74,6 +74,7 @@ def test_trpo_needs_the_acting_logits(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # end to end in other processes: make test, not test-fast
 def test_train_then_eval_reports_heldout_accuracy(tmp_path):
     result = _robopt_process("train", "configs/grpo_addition.yaml", f"log.run_root={tmp_path}", "--no-progress",
                              "total_steps=128", "log.eval_episodes=8")  # fmt: skip

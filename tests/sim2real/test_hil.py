@@ -26,6 +26,7 @@ def start_sim_robot(*options: str) -> tuple[subprocess.Popen, int]:
     raise AssertionError(f"sim-robot did not start: {server.stdout.read()}")
 
 
+@pytest.mark.slow  # end to end in other processes: make test, not test-fast
 @pytest.mark.parametrize(("options", "tolerance"), [((), 0.02), (("--latency-ms", "10", "--loss", "0.01"), 0.1)])
 # measured: -1602.8, -1862.5 over UDP against -1603.1, -1862.5 in process; -1602.3, -1867.0 with 10 ms and 1 % loss
 def test_policy_over_udp_returns_what_it_returns_in_process(export_dir, tmp_path, pendulum_returns, options, tolerance):

@@ -140,6 +140,7 @@ def start_sim_robot(kind: str, transport_arg: list[str], *options: str) -> subpr
     return server
 
 
+@pytest.mark.slow  # end to end in other processes: make test, not test-fast
 @pytest.mark.parametrize(
     ("kind", "options", "tolerance"),
     [("ros2", (), 0.02), ("ros2", ("--latency-ms", "10", "--loss", "0.01"), 0.1), ("zenoh", (), 0.02)],
