@@ -23,6 +23,7 @@ from xml.sax.saxutils import escape
 from robopt.options import ConfigError
 from robopt.sim2real.ros_map import Qos
 from robopt.sim2real.ros_messages import MESSAGES, dds_topic_name, dds_type_name, parse_field_type
+from robopt.sim2real.topic_robot import Notices
 
 DOMAIN_IDS = range(0, 233)  # DDS domain ids that map to valid RTPS ports
 NO_SUBSCRIBER_NOTICE_S = 2.0
@@ -181,8 +182,7 @@ class DdsLink:
         from cyclonedds.topic import Topic
 
         self.counters = {"qos_mismatch": 0, "no_subscriber": 0}
-        self._notices: list[str] = []
-        self._noticed: set[str] = set()
+        self.notices = Notices()
         self._lock = threading.Lock()
         self._matched: dict[str, int] = {topic: 0 for topic in publications}
         self._start = time.monotonic()
@@ -199,19 +199,14 @@ class DdsLink:
                                 on_offered_incompatible_qos=self._incompatible(topic))  # fmt: skip
             self.writers[topic] = (DataWriter(self.participant, dds_topic, qos=dds_qos(qos), listener=listener), full)
 
-    def _notice(self, key: str, line: str) -> None:
-        with self._lock:
-            if key not in self._noticed:
-                self._noticed.add(key)
-                self._notices.append(line)
-
     def _incompatible(self, topic: str):
         def callback(entity, status) -> None:
             with self._lock:
                 self.counters["qos_mismatch"] += 1
             policy = QOS_POLICY_NAMES.get(status.last_policy_id, f"policy id {status.last_policy_id}")
-            self._notice(f"qos:{topic}", f"QoS mismatch on {topic}: a peer's {policy} cannot match this endpoint's; "
-                                         "set robot.qos or the topic's qos to what the robot uses")  # fmt: skip
+            line = (f"QoS mismatch on {topic}: a peer's {policy} cannot match this endpoint's; set robot.qos or the "
+                    "topic's qos to what the robot uses")  # fmt: skip
+            self.notices.once(f"qos:{topic}", line)
 
         return callback
 
@@ -239,7 +234,7 @@ class DdsLink:
         if self.matched(topic) == 0 and time.monotonic() - self._start > NO_SUBSCRIBER_NOTICE_S:
             with self._lock:
                 self.counters["no_subscriber"] += 1
-            self._notice(f"subscriber:{topic}", f"{topic} has no subscriber: messages are sent but nobody "
+            self.notices.once(f"subscriber:{topic}", f"{topic} has no subscriber: messages are sent but nobody "
                                                 "receives them")  # fmt: skip
         try:
             writer.write(raw_sample(full, payload))
@@ -248,9 +243,7 @@ class DdsLink:
         return True
 
     def take_notices(self) -> list[str]:
-        with self._lock:
-            notices, self._notices = self._notices, []
-        return notices
+        return self.notices.take()
 
     def close(self) -> None:
         self.readers, self.writers = {}, {}

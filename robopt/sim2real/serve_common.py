@@ -66,3 +66,13 @@ def run_deadline(duration: float | None, episodes: int | None) -> float:
     if episodes is not None and (not isinstance(episodes, int) or episodes < 1):
         raise ValueError(f"--episodes must be an integer >= 1, got {episodes!r}")
     return math.inf if duration is None else time.monotonic() + duration
+
+
+def serve_and_close(server, duration: float | None, episodes: int | None, stop) -> ServeResult:
+    """Run a simulated-robot server until it ends, close it, print (its ``log``) the summary."""
+    try:
+        result = server.run(duration, episodes, stop)
+    finally:
+        server.close()
+    server.log(result.summary())
+    return result

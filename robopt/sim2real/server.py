@@ -40,6 +40,7 @@ from robopt.sim2real.serve_common import (
     env_period,
     parse_peer,
     run_deadline,
+    serve_and_close,
 )
 
 
@@ -246,12 +247,7 @@ def serve(
 ) -> ServeResult:
     """Build a ``SimRobotServer``, serve, close; prints (``log``) the ready line, each episode and the summary."""
     server = SimRobotServer(env_id, port, host, period, latency_ms, loss, seed, peer, log, command_timeout_ms)
-    try:
-        result = server.run(duration, episodes, stop)
-    finally:
-        server.close()
-    server.log(result.summary())
-    return result
+    return serve_and_close(server, duration, episodes, stop)
 
 
 def register(app: typer.Typer, fail: Callable[..., None]) -> None:
@@ -311,13 +307,7 @@ def serve_topics(env_id: str, transport: str, duration=None, episodes=None, stop
     """Build a ``TopicSimRobotServer`` (``robopt.sim2real.topic_server``), serve, close; prints the summary."""
     from robopt.sim2real.topic_server import TopicSimRobotServer
 
-    server = TopicSimRobotServer(env_id, transport, **options)
-    try:
-        result = server.run(duration, episodes, stop)
-    finally:
-        server.close()
-    server.log(result.summary())
-    return result
+    return serve_and_close(TopicSimRobotServer(env_id, transport, **options), duration, episodes, stop)
 
 
 def _group() -> None:

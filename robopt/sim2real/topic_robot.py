@@ -20,6 +20,7 @@ exist, a command topic without a subscriber, a QoS mismatch.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -50,6 +51,26 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
+class Notices:
+    """One-line notices, each key said once; thread-safe (transport callbacks add, the control loop takes)."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._said: set[str] = set()
+        self._lock = threading.Lock()
+
+    def once(self, key: str, line: str) -> None:
+        with self._lock:
+            if key not in self._said:
+                self._said.add(key)
+                self._lines.append(line)
+
+    def take(self) -> list[str]:
+        with self._lock:
+            lines, self._lines = self._lines, []
+        return lines
+
+
 def wall_to_monotonic(stamp: float, wall_now: float, monotonic_now: float) -> float:
     """A wall-clock time (ROS header stamp) on this process's monotonic clock."""
     return monotonic_now - (wall_now - stamp)
@@ -78,24 +99,15 @@ class TopicRobot:
         self._entries: dict[str, list[tuple[int, Selection]]] = {}
         for i, selection in enumerate(mapping.observation):
             self._entries.setdefault(selection.topic, []).append((i, selection))
-        self._notices: list[str] = []
-        self._noticed: set[str] = set()
+        self.notices = Notices()
         self._start = clock()
 
     @property
     def counters(self) -> dict[str, int]:
         return {**self._counters, **self.transport.counters}
 
-    def notice(self, key: str, line: str) -> None:
-        """Queue ``line`` once per ``key``."""
-        if key not in self._noticed:
-            self._noticed.add(key)
-            self._notices.append(line)
-
     def take_notices(self) -> list[str]:
-        notices = self._notices + self.transport.take_notices()
-        self._notices = []
-        return notices
+        return self.notices.take() + self.transport.take_notices()
 
     # ------------------------------------------------------------------------------------------------ read
 
@@ -144,8 +156,10 @@ class TopicRobot:
                 if joint not in names:
                     self._counters["unknown_joint"] += 1
                     shown = ", ".join(names[:20]) + (" ..." if len(names) > 20 else "")
-                    self.notice(f"joint:{selection.topic}:{joint}", f"{selection.key}: {selection.topic} has no joint "
-                                f"{joint!r}; its names are: {shown or '(none)'}")  # fmt: skip
+                    line = (
+                        f"{selection.key}: {selection.topic} has no joint {joint!r}; its names are: {shown or '(none)'}"
+                    )
+                    self.notices.once(f"joint:{selection.topic}:{joint}", line)
                     return None
                 positions.append(names.index(joint))
             if len(vector) != len(names):
@@ -175,7 +189,7 @@ class TopicRobot:
             self._counters["waiting"] += 1
             if self.clock() - self._start > SILENT_NOTICE_S:
                 for topic in missing:
-                    self.notice(f"silent:{topic}", f"waiting for {topic}: no valid message yet (the safe action "
+                    self.notices.once(f"silent:{topic}", f"waiting for {topic}: no valid message yet (the safe action "
                                                    "is sent until every observation topic has published)")  # fmt: skip
             return None, math.nan
         parts, oldest = [], math.inf
@@ -186,8 +200,8 @@ class TopicRobot:
         obs = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
         if obs.shape != (self.obs_dim,):  # sequences whose length the config could not know
             self._counters["wrong_length"] += 1
-            self.notice("obs_size", f"robot.observation: the messages give {obs.size} numbers but the policy takes "
-                                    f"{self.obs_dim}")  # fmt: skip
+            line = f"robot.observation: the messages give {obs.size} numbers but the policy takes {self.obs_dim}"
+            self.notices.once("obs_size", line)
             return None, math.nan
         return obs, oldest
 

@@ -19,6 +19,7 @@ import threading
 import time
 
 from robopt.options import ConfigError
+from robopt.sim2real.topic_robot import Notices
 
 QUEUE_LIMIT = 4096  # received samples kept between two polls (the oldest go first)
 NO_SUBSCRIBER_NOTICE_S = 2.0
@@ -79,8 +80,7 @@ class ZenohLink:
         zenoh = import_zenoh()
         options = dict(options or {})
         self.counters = {"no_subscriber": 0, "queue_overflow": 0}
-        self._notices: list[str] = []
-        self._noticed: set[str] = set()
+        self.notices = Notices()
         self._lock = threading.Lock()
         self._queue: collections.deque = collections.deque()
         self._start = time.monotonic()
@@ -127,9 +127,8 @@ class ZenohLink:
         if time.monotonic() - self._start > NO_SUBSCRIBER_NOTICE_S and not self.matched(topic):
             with self._lock:
                 self.counters["no_subscriber"] += 1
-                if f"subscriber:{topic}" not in self._noticed:
-                    self._noticed.add(f"subscriber:{topic}")
-                    self._notices.append(f"{topic} has no subscriber: messages are sent but nobody receives them")
+            self.notices.once(f"subscriber:{topic}", f"{topic} has no subscriber: messages are sent but nobody "
+                                                     "receives them")  # fmt: skip
         try:
             self.publishers[topic].put(payload)
         except Exception:
@@ -137,9 +136,7 @@ class ZenohLink:
         return True
 
     def take_notices(self) -> list[str]:
-        with self._lock:
-            notices, self._notices = self._notices, []
-        return notices
+        return self.notices.take()
 
     def close(self) -> None:
         for entity in [*self.subscribers, *self.publishers.values()]:

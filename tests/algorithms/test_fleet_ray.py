@@ -18,20 +18,19 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 ray = pytest.importorskip("ray")
 
+from fleet_configs import make_config  # noqa: E402
+
 from robopt.checkpoint import load_checkpoint  # noqa: E402
 from robopt.config import ConfigError, ExperimentConfig, build_dataclass, config_to_dict  # noqa: E402
-from robopt.envs.randomization import Randomization  # noqa: E402
 from robopt.fleet import ray_runtime  # noqa: E402
 from robopt.fleet.build import build_fleet_loop  # noqa: E402
 from robopt.fleet.config import (  # noqa: E402
     FleetConfig,
-    check_fleet_config,
     hub_fingerprint,
     robot_env_kwargs,
     robot_randomization,
@@ -55,19 +54,6 @@ for address in ["ray://127.0.0.1:PORT", "127.0.0.1:PORT"]:
 print(json.dumps(out))
 """
 KEYS = {"robot", "version", "obs", "action", "reward", "next_obs", "terminated", "truncated"}
-
-
-def make_config(algo: str = "sac", env_kwargs: dict | None = None, **fleet) -> ExperimentConfig:
-    fleet = {"num_robots": 2, "steps_per_robot": 180, "collect_steps": 30, "publish_interval": 4,
-             "randomization": {"body_mass": [0.5, 1.5]}, **fleet}  # fmt: skip
-    return build_dataclass(ExperimentConfig, {
-        "seed": 3, "env": {"id": "mujoco/InvertedPendulum", "kwargs": env_kwargs or {"max_episode_steps": 20}},
-        "policy": {"squash": True, "state_dependent_std": True, "hidden": [16, 16], "activation": "relu",
-                   "normalize_obs": False},
-        "algo": {"name": algo} if algo == "ppo" else {"name": algo, "critic_hidden": [16, 16],
-                 "loop": {"learning_starts": 40, "batch_size": 16, "buffer_size": 1000, "gradient_steps": 2}},
-        "fleet": fleet,
-    })  # fmt: skip
 
 
 def episodes_of(done: torch.Tensor) -> list[tuple[int, int]]:
@@ -109,48 +95,6 @@ def local_ray(private_ray_temp_dir):
     started = ray_runtime.start(FleetConfig(num_cpus=2))
     yield
     ray_runtime.shutdown(started)
-
-
-def test_robot_draws_fixed_dynamics_from_its_seed():
-    ranges = {"body_mass": [0.5, 1.5], "action_delay": [0, 3], "obs_noise": 0.01}
-    draws = [robot_randomization(ranges, seed=3, robot=robot) for robot in range(4)]
-    rng = np.random.default_rng(np.random.SeedSequence([3, 2]))  # sorted keys: action_delay, body_mass, obs_noise
-    delay, mass = int(rng.integers(0, 4)), float(rng.uniform(0.5, 1.5))
-    assert draws[2] == {"action_delay": [delay, delay], "body_mass": [mass, mass], "obs_noise": 0.01}
-    assert draws == [robot_randomization(ranges, seed=3, robot=robot) for robot in range(4)]  # reproducible
-    masses = [draw["body_mass"][0] for draw in draws]
-    assert len(set(masses)) == 4 and all(0.5 <= m <= 1.5 for m in masses)
-    assert Randomization.from_config(draws[0]).body_mass == (masses[0], masses[0])
-    assert robot_seed(3, 0) != robot_seed(3, 1) != robot_seed(3, 1, life=1)
-
-
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        ({"num_robots": -1}, "num_robots must be >= 0"),
-        ({"heldout_robots": [2]}, "heldout_robots: robot ids [2] are outside 0 .. 1"),
-        ({"heldout_robots": [0, 1]}, "heldout_robots holds every robot"),
-        ({"own_fraction": 1.5, "own_robots": [0]}, "own_fraction must be in [0, 1]"),
-        ({"own_fraction": 0.5}, "needs own_robots"),
-        ({"own_robots": [0]}, "needs own_fraction > 0"),
-        ({"max_lag": 2, "stale_mode": "weight"}, "set one or the other"),
-        ({"address": "nowhere"}, "address='nowhere'"),
-        ({"randomization": {"body_mass": [1.5, 0.5]}}, "fleet.randomization: randomization body_mass"),
-        ({"randomization": {"mass": [1, 2]}}, "fleet.randomization: unknown randomization keys ['mass']"),
-    ],
-)
-def test_bad_fleet_config_is_one_line_error(overrides, message):
-    with pytest.raises(ConfigError) as error:
-        check_fleet_config(make_config(**overrides))
-    assert message in str(error.value) and "\n" not in str(error.value)
-
-
-def test_fleet_needs_an_off_policy_learner_and_one_source_of_dynamics():
-    with pytest.raises(ConfigError, match="needs an off-policy learner .* not algo.name=ppo"):
-        check_fleet_config(make_config(algo="ppo"))
-    with pytest.raises(ConfigError, match="not also in env.kwargs.randomization"):
-        check_fleet_config(make_config(env_kwargs={"randomization": {"body_mass": [0.9, 1.1]}}))
-    assert check_fleet_config(make_config(steps_per_robot=0)) == 500_000  # total_steps 1e6 over 2 robots
 
 
 def test_refusals_before_any_robot_starts(local_ray):
