@@ -5,25 +5,29 @@ and twin critics, state-dependent log-std clamped to [-20, 2], tanh squashing, A
 gradient update per env step, tau 0.005, gamma 0.99, automatic entropy temperature (initial 1, target -A),
 ``--learning-starts`` uniform random steps first, one env, no observation normalization, the same torch threads.
 
-Both train ``--steps`` env steps per seed, interleaved ``--chunk`` steps at a time (SB3's ``learn`` continued with
-``reset_num_timesteps=False``, robopt's loop one iteration at a time) so that load from other processes hits both
-alike. Only the learning phase is timed (steps after the warm-up, each with one update). Prints env steps and
-gradient updates per second of wall-clock and of CPU time, their ratio, and the deterministic return of each
-(10 episodes, seed + 10000). Run nothing else meanwhile.
+Three contestants (two with ``--no-compiled``): SB3, robopt's eager update and robopt with ``algo.compile=true``
+(the whole update as one compiled graph). Each trains ``--steps`` env steps per seed, interleaved ``--chunk`` steps
+at a time (SB3's ``learn`` continued with ``reset_num_timesteps=False``, robopt's loop one iteration at a time) so
+that load from other processes hits all alike. Timed: the learning phase after the warm-up and after a first
+learning chunk, which is timed apart (the compile; its excess over a median chunk is printed as compile time).
+Prints env steps = gradient updates per second of wall-clock and of CPU time, the ratios to SB3, and the
+deterministic return of each (10 episodes, seed + 10000). Run nothing else meanwhile.
 
-    .venv/bin/python benchmarks/sac_vs_sb3.py --steps 6000 --learning-starts 1000 --seeds 0   # speed, 3-4 min
+    .venv/bin/python benchmarks/sac_vs_sb3.py --steps 6000 --learning-starts 1000 --seeds 0   # speed, 5-6 min
     .venv/bin/python benchmarks/sac_vs_sb3.py --steps 30000 --seeds 0 1                        # speed and return
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from ppo_vs_sb3 import Clock, evaluate_robopt, print_summary  # noqa: E402  (same timing and evaluation as the PPO comparison)
+from ppo_vs_sb3 import Clock, evaluate_robopt, print_summary  # noqa: E402  (timing and evaluation of the PPO comparison)
 
 
 def make_sb3(env_id: str, seed: int, learning_starts: int):
@@ -37,12 +41,13 @@ def make_sb3(env_id: str, seed: int, learning_starts: int):
     return model
 
 
-def make_robopt(env_id: str, seed: int, learning_starts: int, chunk: int, threads: int):
+def make_robopt(env_id: str, seed: int, learning_starts: int, chunk: int, threads: int, compile_update: bool):
     from robopt.build import build_loop
     from robopt.experiment import load_config
 
     overrides = [f"env.id={env_id}", "env.backend=gymnasium", f"seed={seed}", f"torch_threads={threads}",
-                 f"algo.loop.learning_starts={learning_starts}", f"algo.loop.iteration_steps={chunk}"]  # fmt: skip
+                 f"algo.loop.learning_starts={learning_starts}", f"algo.loop.iteration_steps={chunk}",
+                 f"algo.compile={str(compile_update).lower()}"]  # fmt: skip
     return build_loop(load_config("configs/sac_halfcheetah.yaml", overrides))
 
 
@@ -54,27 +59,52 @@ def evaluate_sb3(model, env_id: str, seed: int) -> float:
     return float(mean_return)
 
 
-def run_seed(args, seed: int) -> dict:
-    """(wall steps/s, CPU steps/s, return) per library over the learning phase of one seed."""
-    sb3 = make_sb3(args.env, seed, args.learning_starts)
-    loop = make_robopt(args.env, seed, args.learning_starts, args.chunk, args.threads)
+def run_seed(args, seed: int) -> tuple[dict, float]:
+    """(wall steps/s, CPU steps/s, return) per contestant over the learning phase of one seed, and the seconds
+    the compiled contestant's first learning chunk took over its median chunk (the compile)."""
+    contestants = {"sb3": make_sb3(args.env, seed, args.learning_starts)}
+    contestants["robopt"] = make_robopt(args.env, seed, args.learning_starts, args.chunk, args.threads, False)
+    if args.compiled:
+        contestants["compiled"] = make_robopt(args.env, seed, args.learning_starts, args.chunk, args.threads, True)
     torch.set_num_threads(args.threads)  # after build_loop, which sets robopt's own count; SB3 uses the same
-    sb3.learn(total_timesteps=args.learning_starts, reset_num_timesteps=False)  # warm-up: untimed
-    while loop.env_steps < args.learning_starts:
-        loop.iteration(progress=0.0)
-    clocks = {"sb3": Clock(), "robopt": Clock()}
-    timed = 0
-    while loop.env_steps < args.steps:
-        with clocks["sb3"]:
-            sb3.learn(total_timesteps=args.chunk, reset_num_timesteps=False)
-        with clocks["robopt"]:
-            loop.iteration(progress=loop.env_steps / args.steps)
+
+    def turn(name: str, steps: int) -> None:
+        model = contestants[name]
+        if name == "sb3":
+            model.learn(total_timesteps=steps, reset_num_timesteps=False)
+        else:
+            target = model.env_steps + steps
+            while model.env_steps < target:
+                model.iteration(progress=model.env_steps / args.steps)
+
+    for name in contestants:  # warm-up: untimed
+        turn(name, args.learning_starts)
+    clocks = {name: Clock() for name in contestants}
+    first_chunk, chunks, timed = {}, {name: [] for name in contestants}, 0
+    while timed < args.steps - args.learning_starts:
+        for name in contestants:
+            before = clocks[name].wall
+            if timed == 0:  # the first learning chunk (the compile, for the compiled update) is timed apart
+                start = time.perf_counter()
+                turn(name, args.chunk)
+                first_chunk[name] = time.perf_counter() - start
+                continue
+            with clocks[name]:
+                turn(name, args.chunk)
+            chunks[name].append(clocks[name].wall - before)
         timed += args.chunk
-    assert sb3.num_timesteps == loop.env_steps, (sb3.num_timesteps, loop.env_steps)
-    returns = {"sb3": evaluate_sb3(sb3, args.env, seed + 10_000),
-               "robopt": evaluate_robopt(loop, args.env, seed + 10_000)}  # fmt: skip
-    loop.env.close()
-    return {name: (timed / clock.wall, timed / clock.cpu, returns[name]) for name, clock in clocks.items()}
+    timed -= args.chunk
+    compile_s = first_chunk.get("compiled", 0.0) - statistics.median(chunks["compiled"]) if args.compiled else 0.0
+    returns = {}
+    for name, model in contestants.items():
+        if name == "sb3":
+            returns[name] = evaluate_sb3(model, args.env, seed + 10_000)
+        else:
+            assert model.env_steps == contestants["sb3"].num_timesteps, (name, model.env_steps)
+            returns[name] = evaluate_robopt(model, args.env, seed + 10_000)
+            model.env.close()
+    rows = {name: (timed / clock.wall, timed / clock.cpu, returns[name]) for name, clock in clocks.items()}
+    return rows, compile_s
 
 
 def main() -> None:
@@ -85,18 +115,37 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both")
     parser.add_argument("--env", default="HalfCheetah-v5", help="Gymnasium id")
+    parser.add_argument("--no-compiled", dest="compiled", action="store_false",
+                        help="leave out robopt with algo.compile=true")  # fmt: skip
     args = parser.parse_args()
     if args.steps <= args.learning_starts or (args.steps - args.learning_starts) % args.chunk:
         parser.error("--steps minus --learning-starts must be a positive multiple of --chunk")
-    rows: dict[str, list[tuple[float, float, float]]] = {"sb3": [], "robopt": []}
+    if args.steps - args.learning_starts < 2 * args.chunk:
+        parser.error("need at least two learning chunks: the first one is timed apart (compile)")
+    names = ("sb3", "robopt", "compiled") if args.compiled else ("sb3", "robopt")
+    rows: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
+    compile_times = []
     for seed in args.seeds:
-        for name, row in run_seed(args, seed).items():
+        seed_rows, compile_s = run_seed(args, seed)
+        compile_times.append(compile_s)
+        for name, row in seed_rows.items():
             rows[name].append(row)
-            print(f"seed {seed}: {name:7s} {row[0]:6.1f} steps/s wall, {row[1]:6.1f} per CPU-s, return {row[2]:8.1f}",
+            print(f"seed {seed}: {name:8s} {row[0]:6.1f} steps/s wall, {row[1]:6.1f} per CPU-s, return {row[2]:8.1f}",
                   flush=True)  # fmt: skip
-    print(f"\nSAC on {args.env}, {args.steps} steps ({args.learning_starts} warm-up), seeds {args.seeds}, "
-          f"{args.threads} torch thread(s), one update per step")  # fmt: skip
+    print(
+        f"\nSAC on {args.env}, {args.steps} steps ({args.learning_starts} warm-up, then the first learning chunk "
+        f"of {args.chunk} untimed), seeds {args.seeds}, {args.threads} torch thread(s), one update per step"
+    )
     print_summary(rows, speed="steps/s = updates/s (wall)")
+    if args.compiled:
+        for column, label in ((0, "wall-clock"), (1, "CPU-time")):
+            ours, theirs = (statistics.mean(v[column] for v in rows[name]) for name in ("compiled", "sb3"))
+            ratio = ours / theirs
+            print(f"speed ratio compiled / sb3 ({label}): {ratio:.2f}x")
+        print(
+            f"compile time (first learning chunk minus a median chunk): "
+            f"{', '.join(f'{t:.1f} s' for t in compile_times)}"
+        )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from robopt.algorithms.offpolicy import (
     optimizer_step,
     q_critics,
 )
+from robopt.algorithms.offpolicy_compiled import CompiledSACUpdate
 from robopt.core.q_losses import polyak_update, q_regression_loss, sac_actor_loss, soft_q_target, temperature_loss
 from robopt.options import ConfigError, option
 
@@ -34,6 +35,11 @@ class SACConfig:
     target_entropy: float = option(0.0, "target entropy of the automatic temperature; 0 means -action_dim")
     critic_hidden: tuple[int, ...] = option((256, 256), "hidden widths of each Q network")
     critic_activation: str = option("relu", "hidden activation of the Q networks", ("tanh", "relu", "elu", "silu"))
+    compile: bool = option(
+        False,
+        "torch.compile the whole update (targets, losses, Adam steps, Polyak) into one graph; a one-off "
+        "compile of 20-60 s, then faster updates; where torch cannot compile, says so once and runs eager",
+    )
     loop: OffPolicySchedule = option(OffPolicySchedule(), "loop rhythm: warm-up, update ratio, batch, buffer")
 
     def __post_init__(self) -> None:
@@ -61,8 +67,13 @@ class SAC:
             self.log_alpha.fill_(float(torch.log(torch.tensor(config.ent_coef))))
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.learning_rate, fused=True)
         self.target_entropy = config.target_entropy or -float(action_dim)
+        self.compiled = CompiledSACUpdate(self) if config.compile else None
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, torch.Tensor]:
+        if self.compiled is not None and self.compiled.active:
+            metrics = self.compiled(batch)
+            if metrics is not None:
+                return metrics
         config, policy = self.config, self.policy
         alpha = self.log_alpha.detach().exp()
         with torch.no_grad():
@@ -107,6 +118,8 @@ class SAC:
         self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
+        if self.compiled is not None and self.compiled.active:
+            self.compiled.refresh()  # the optimizers' state tensors were replaced
 
 
 def build_sac_loop(config: SACConfig, env, policy, seed: int = 0, env_id: str = "") -> OffPolicyLoop:

@@ -21,6 +21,7 @@ from robopt.algorithms.offpolicy import (
     optimizer_step,
     q_critics,
 )
+from robopt.algorithms.offpolicy_compiled import CompiledTD3Update
 from robopt.core.q_losses import (
     deterministic_actor_loss,
     polyak_update,
@@ -43,6 +44,11 @@ class TD3Config:
     exploration_noise: float = option(0.1, "std of the Gaussian exploration noise, in half-ranges of the action")
     critic_hidden: tuple[int, ...] = option((256, 256), "hidden widths of each Q network")
     critic_activation: str = option("relu", "hidden activation of the Q networks", ("tanh", "relu", "elu", "silu"))
+    compile: bool = option(
+        False,
+        "torch.compile the whole update (targets, losses, Adam steps, Polyak) into one graph per kind "
+        "(critic only, critic and actor); where torch cannot compile, says so once and runs eager",
+    )
     loop: OffPolicySchedule = option(OffPolicySchedule(), "loop rhythm: warm-up, update ratio, batch, buffer")
 
     def __post_init__(self) -> None:
@@ -77,6 +83,7 @@ class TD3:
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=config.learning_rate, fused=True)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate, fused=True)
         self.updates = 0
+        self.compiled = CompiledTD3Update(self) if config.compile else None
 
     @torch.no_grad()
     def explore(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -88,6 +95,11 @@ class TD3:
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, torch.Tensor]:
         config = self.config
+        if self.compiled is not None and self.compiled.active:
+            metrics = self.compiled(batch, update_actor=(self.updates + 1) % config.policy_delay == 0)
+            if metrics is not None:
+                self.updates += 1
+                return metrics
         with torch.no_grad():
             next_action = self.target_policy.mean_action(batch["next_obs"])
             scale = self.half_range.mean()
@@ -130,6 +142,8 @@ class TD3:
         self.actor_optimizer.load_state_dict(state["actor_optimizer"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.updates = int(state["updates"])
+        if self.compiled is not None and self.compiled.active:
+            self.compiled.refresh()  # the optimizers' state tensors were replaced
 
 
 def build_td3_loop(config: TD3Config, env, policy, seed: int = 0, env_id: str = "") -> OffPolicyLoop:

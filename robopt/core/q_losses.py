@@ -74,14 +74,18 @@ def smoothed_target_action(
     low: torch.Tensor,
     high: torch.Tensor,
     generator: torch.Generator | None = None,
+    standard_normal: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """clip(action + clip(N(0, noise_std^2), -noise_clip, noise_clip), low, high) [B, A] (TD3 target smoothing).
 
     ``noise_std`` and ``noise_clip`` are in the action's units (TD3 uses 0.2 and 0.5 for actions in [-1, 1]).
+    ``standard_normal`` [B, A] is the N(0, 1) draw to use (drawn here from ``generator`` when None).
     """
     if noise_std <= 0.0:
         return torch.maximum(torch.minimum(action, high), low)
-    noise = torch.randn(action.shape, generator=generator, device=action.device, dtype=action.dtype) * noise_std
+    if standard_normal is None:
+        standard_normal = torch.randn(action.shape, generator=generator, device=action.device, dtype=action.dtype)
+    noise = standard_normal * noise_std
     smoothed = action + noise.clamp(-noise_clip, noise_clip)
     return torch.maximum(torch.minimum(smoothed, high), low)
 

@@ -136,11 +136,15 @@ class GaussianPolicy(nn.Module):
         """The deterministic action mu(s) in env units [B, A], differentiable (TD3 and DDPG's actor)."""
         return self._to_env(self._mean(obs))
 
-    def rsample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterized sample in env units [B, A] and its log-probability [B], both differentiable (SAC)."""
+    def rsample(self, obs: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterized sample in env units [B, A] and its log-probability [B], both differentiable (SAC).
+
+        ``noise`` [B, A] is the standard normal to use (drawn here when None): a compiled update draws it outside
+        its graph so that eager and compiled steps see the same numbers.
+        """
         mean, log_std = self._params(obs)
         std = torch.exp(log_std)
-        sample = mean + std * torch.randn_like(mean)
+        sample = mean + std * (torch.randn_like(mean) if noise is None else noise)
         log_prob = self._gaussian_log_prob(sample, mean, log_std, std)
         if self.squash:
             log_prob = log_prob - self._squash_correction(sample)

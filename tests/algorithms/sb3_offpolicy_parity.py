@@ -59,13 +59,15 @@ EPSILON_WEIGHT_ATOL = 1e-5  # weights after two SAC updates with SB3's epsilon k
 # --------------------------------------------------------------------------------------------- builders
 
 
-def robopt_loop(algo: str):
-    """robopt's SAC or TD3 loop with SB3's defaults at a small size (relu 32x32, default init, no obs norm)."""
+def robopt_loop(algo: str, compile_update: bool = False):
+    """robopt's SAC or TD3 loop with SB3's defaults at a small size (relu 32x32, default init, no obs norm); with
+    ``compile_update`` its update is the compiled one (``algo.compile``)."""
     policy = {"name": "gaussian", "squash": True, "hidden": HIDDEN, "activation": "relu", "normalize_obs": False,
               "orthogonal_init": False, "state_dependent_std": algo == "sac", "log_std_init": 0.0}  # fmt: skip
     loop = {"learning_starts": 0, "batch_size": BATCH, "buffer_size": BATCH}
     data = {"seed": SEED, "env": {"id": ENV_ID, "num_envs": 1}, "policy": policy,
-            "algo": {"name": algo, "critic_hidden": HIDDEN, "critic_activation": "relu", "loop": loop}}  # fmt: skip
+            "algo": {"name": algo, "critic_hidden": HIDDEN, "critic_activation": "relu", "loop": loop,
+                     "compile": compile_update}}  # fmt: skip
     return build_loop(build_dataclass(ExperimentConfig, data))
 
 

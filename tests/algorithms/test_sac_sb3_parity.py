@@ -112,14 +112,19 @@ def test_sac_target_and_losses_match_sb3(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("sb3_epsilon", "loss_atol", "weight_atol"),
-    [(0.0, LOSS_ATOL, WEIGHT_ATOL), (1e-6, EPSILON_LOSS_ATOL, EPSILON_WEIGHT_ATOL)],
-    ids=["exact-squash", "sb3-epsilon"],
+    ("sb3_epsilon", "loss_atol", "weight_atol", "compile_update"),
+    [
+        (0.0, LOSS_ATOL, WEIGHT_ATOL, False),
+        (1e-6, EPSILON_LOSS_ATOL, EPSILON_WEIGHT_ATOL, False),
+        pytest.param(0.0, LOSS_ATOL, WEIGHT_ATOL, True, marks=pytest.mark.slow),
+    ],
+    ids=["exact-squash", "sb3-epsilon", "exact-squash-compiled"],
 )
-def test_two_sac_updates_match_sb3(monkeypatch, sb3_epsilon, loss_atol, weight_atol):
+def test_two_sac_updates_match_sb3(monkeypatch, sb3_epsilon, loss_atol, weight_atol, compile_update):
     """SB3's ``train(gradient_steps=2)`` and two robopt ``SAC.update``: logged losses and every weight after,
-    including log_alpha and the Polyak-averaged target critics. alpha starts at exp(-0.7) on both sides."""
-    model, loop = sb3_model(SB3SAC), robopt_loop("sac")
+    including log_alpha and the Polyak-averaged target critics. alpha starts at exp(-0.7) on both sides.
+    Also with robopt's compiled update (``algo.compile``), which draws its noise as the eager one does."""
+    model, loop = sb3_model(SB3SAC), robopt_loop("sac", compile_update)
     try:
         pairs = sac_pairs(model, loop)
         copy_weights(pairs)
@@ -137,6 +142,7 @@ def test_two_sac_updates_match_sb3(monkeypatch, sb3_epsilon, loss_atol, weight_a
     finally:
         loop.env.close()
     assert queues == ([], []), "each side must draw exactly two noise batches per update"
+    assert (loop.algorithm.compiled is not None) == compile_update
     change = moved(pairs, before)
     assert min(change.values()) > 1e-6, f"SB3's updates left a tensor unmoved: {change}"
     logged = model.logger.name_to_value  # SB3 logs the mean over its gradient steps

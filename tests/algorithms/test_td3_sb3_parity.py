@@ -32,9 +32,9 @@ from robopt.core.q_losses import deterministic_actor_loss, q_regression_loss, sm
 # ------------------------------------------------------------------------------------------------ TD3
 
 
-def td3_models():
+def td3_models(compile_update: bool = False):
     model = sb3_model(SB3TD3, policy_delay=2, target_policy_noise=0.2, target_noise_clip=0.5)
-    loop = robopt_loop("td3")
+    loop = robopt_loop("td3", compile_update)
     copy_weights(td3_pairs(model, loop))
     return model, loop
 
@@ -77,12 +77,15 @@ def test_td3_target_and_losses_match_sb3(monkeypatch):
     assert_close("actor loss", actor_loss, sb3_actor_loss)  # seen 0 on 0.23
 
 
-def test_two_td3_updates_match_sb3(monkeypatch):
+@pytest.mark.parametrize("compile_update", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["eager", "compiled"])  # fmt: skip
+def test_two_td3_updates_match_sb3(monkeypatch, compile_update):
     """Update 1 trains the critics only (policy_delay 2); update 2 the critics, the actor and both targets.
 
-    The smoothing noise comes from the global torch RNG on both sides, seeded alike before each update.
+    The smoothing noise comes from the global torch RNG on both sides, seeded alike before each update (the
+    compiled update draws it outside its graph, as the eager one does).
     """
-    model, loop = td3_models()
+    model, loop = td3_models(compile_update)
     try:
         pairs = td3_pairs(model, loop)
         batch = fill_robopt(loop.replay, fixed_batch(loop.env.obs_dim, loop.env.action_dim))
