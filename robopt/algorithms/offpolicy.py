@@ -70,6 +70,14 @@ class OffPolicyLoop:
         self.generator = torch.Generator(device=env.device).manual_seed(seed)
         self.iteration_count, self.env_steps = 0, 0
         self.uses_priorities = hasattr(replay.sampler, "anneal")  # uniform sampling: skip the priority update
+        # the observation normalizer actor and critics share, fed every observation the loop collects
+        self.normalizer = policy.normalizer if policy.normalizer.enabled else None
+        if self.steps_per_phase > schedule.buffer_size:
+            raise ConfigError(
+                f"env.num_envs x algo.loop.train_freq = {env.num_envs} x {schedule.train_freq} = "
+                f"{self.steps_per_phase} transitions per phase do not fit in algo.loop.buffer_size "
+                f"{schedule.buffer_size}; raise algo.loop.buffer_size or lower train_freq or num_envs"
+            )
 
     @property
     def steps_per_phase(self) -> int:
@@ -96,9 +104,10 @@ class OffPolicyLoop:
 
         Nothing here waits on the device: episode stats are masked and observations checked once per iteration.
         """
-        env, returns, lengths, successes = self.env, [], [], []
+        env, returns, lengths, successes, seen = self.env, [], [], [], []
         finite = torch.ones((), dtype=torch.bool, device=env.device)
         for _ in range(self.schedule.train_freq):
+            seen.append(self.obs)
             if self.env_steps < self.schedule.learning_starts:
                 action = self._random_action()
             elif hasattr(self.algorithm, "explore"):  # deterministic actors (TD3, DDPG) add their own noise
@@ -115,6 +124,8 @@ class OffPolicyLoop:
                 successes.append(info["is_success"] & (terminated | truncated))
             self.obs = next_obs
             self.env_steps += env.num_envs
+        if self.normalizer is not None:  # the phase's observations, before its updates sample them
+            self.normalizer.update(torch.cat(seen))  # [train_freq x N, D]; a non-finite one stops the iteration
         success = torch.stack(successes) if successes else None
         return torch.stack(returns), torch.stack(lengths), finite, success
 
@@ -176,6 +187,7 @@ class OffPolicyLoop:
             "generator": self.generator.get_state(),
             "iteration": self.iteration_count,
             "env_steps": self.env_steps,
+            "normalizes_obs": self.normalizer is not None,  # absent in checkpoints from before the loop could
         }
         limit = self.schedule.save_buffer_limit_mb * 2**20
         if self.schedule.save_buffer and self.replay.nbytes <= limit:
@@ -185,6 +197,11 @@ class OffPolicyLoop:
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        if self.normalizer is not None and "normalizes_obs" not in state:
+            raise ConfigError(
+                "policy.normalize_obs=true: this checkpoint is from before the off-policy loop normalized "
+                "observations (its policy never saw normalized inputs); resume it with policy.normalize_obs=false"
+            )
         self.policy.load_state_dict(state["policy"])
         self.algorithm.load_state_dict(state["algorithm"])
         self.generator.set_state(state["generator"])
@@ -199,10 +216,9 @@ class OffPolicyLoop:
 def build_replay(schedule: OffPolicySchedule, gamma: float, env, policy=None) -> ReplayBuffer:
     """The replay buffer ``schedule`` describes (size, sampler, n-step or hindsight) for discount ``gamma``.
 
-    The off-policy loop never updates an observation normalizer, so a ``policy`` whose normalizer is enabled
-    is refused here (it would stay at its initial statistics, a silent no-op).
+    The loop feeds the ``policy``'s observation normalizer (when enabled) every observation it collects; the
+    replay keeps raw observations, normalized by the networks with the current statistics when sampled.
     """
-    check_replay_policy(policy)
     from robopt.buffers.replay import ReplayStorage
     from robopt.buffers.samplers import PrioritizedSampler, UniformSampler
 
@@ -219,11 +235,11 @@ def build_replay(schedule: OffPolicySchedule, gamma: float, env, policy=None) ->
 
 
 def check_replay_policy(policy) -> None:
-    """Refuse a ``policy`` whose observation normalizer is enabled: no off-policy loop updates it."""
+    """Refuse a ``policy`` whose observation normalizer is enabled where no loop feeds it (the fleet's learner)."""
     if policy is not None and policy.normalizer.enabled:
         raise ConfigError(
-            "policy.normalize_obs=true is not supported by the off-policy algorithms yet (the loop does not update "
-            "the normalizer); set policy.normalize_obs=false"
+            "policy.normalize_obs=true is not supported by the fleet yet (its learner does not update the "
+            "normalizer); set policy.normalize_obs=false"
         )
 
 

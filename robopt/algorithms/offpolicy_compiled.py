@@ -17,6 +17,7 @@ On CPU, inductor's C++ wrapper launches the graph; on CUDA the graph is also cap
 from __future__ import annotations
 
 import sys
+import time
 import types
 
 import torch
@@ -109,6 +110,7 @@ class CompiledUpdate:
         self.algorithm = algorithm
         device = algorithm.log_alpha.device if hasattr(algorithm, "log_alpha") else algorithm.low.device
         self.device = torch.device(device)
+        self.compile_seconds, self._compiled_kinds = 0.0, set()
         self.failed: str | None = compile_unavailable_reason(self.device)
         if self.failed is not None:
             say_eager(self.name, self.failed)
@@ -133,10 +135,19 @@ class CompiledUpdate:
     def _step(self, *args):
         raise NotImplementedError
 
-    def run(self, *args) -> dict[str, torch.Tensor] | None:
-        """The compiled step's metrics, or None (said once, eager from then on) when it cannot be compiled."""
+    def run(self, *args, kind: object = None) -> dict[str, torch.Tensor] | None:
+        """The compiled step's metrics, or None (said once, eager from then on) when it cannot be compiled.
+
+        The first call of each ``kind`` of graph compiles it; those calls' seconds add up in ``compile_seconds``.
+        """
         try:
-            return self._compiled(*args)
+            if kind in self._compiled_kinds:
+                return self._compiled(*args)
+            start = time.perf_counter()
+            metrics = self._compiled(*args)
+            self._compiled_kinds.add(kind)
+            self.compile_seconds += time.perf_counter() - start
+            return metrics
         except Exception as error:  # noqa: BLE001  (inductor raises many kinds; the eager path is always there)
             detail = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
             self.failed = f"torch.compile could not build the {self.name} ({type(error).__name__}: {detail})"
@@ -226,7 +237,9 @@ class CompiledTD3Update(CompiledUpdate):
         if td3.config.target_noise > 0.0:  # as smoothed_target_action draws it, from the global RNG
             noise = torch.randn(action.shape, device=action.device, dtype=action.dtype)
         inputs = tuple(batch[key] for key in BATCH_KEYS)
-        return self.run(self.actor_state, self.critic_state, self.targets, inputs, noise, update_actor)
+        return self.run(
+            self.actor_state, self.critic_state, self.targets, inputs, noise, update_actor, kind=update_actor
+        )
 
     def _step(self, actor_state, critic_state, targets, inputs, noise, update_actor):
         td3 = self.algorithm

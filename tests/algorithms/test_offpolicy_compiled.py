@@ -23,9 +23,9 @@ SLOW = pytest.mark.slow  # the update compiles (15-30 s on 2 cores; inductor cac
 B = 64
 
 
-def small_loop(algo: str, compile_update: bool):
-    policy = {"name": "gaussian", "squash": True, "hidden": [32, 32], "activation": "relu", "normalize_obs": False,
-              "state_dependent_std": algo == "sac"}  # fmt: skip
+def small_loop(algo: str, compile_update: bool, normalize_obs: bool = False):
+    policy = {"name": "gaussian", "squash": True, "hidden": [32, 32], "activation": "relu",
+              "normalize_obs": normalize_obs, "state_dependent_std": algo == "sac"}  # fmt: skip
     data = {"seed": 3, "env": {"id": "Pendulum-v1", "num_envs": 1}, "policy": policy,
             "algo": {"name": algo, "critic_hidden": [32, 32], "compile": compile_update,
                      "loop": {"learning_starts": 0, "batch_size": B, "buffer_size": B}}}  # fmt: skip
@@ -73,11 +73,19 @@ def largest(values: torch.Tensor) -> float:
 @SLOW
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_compiled_update_matches_the_eager_update(algo):
-    eager, compiled = small_loop(algo, False), small_loop(algo, True)
+    """SAC with the observation normalizer, its statistics changing between updates (read by the graph, not
+    compiled in as constants); TD3 without."""
+    normalize = algo == "sac"
+    eager, compiled = small_loop(algo, False, normalize), small_loop(algo, True, normalize)
     try:
         assert compiled.algorithm.compiled is not None and compiled.algorithm.compiled.active
         batch = fixed_batch(eager.env.obs_dim, eager.env.action_dim)
+        generator = torch.Generator().manual_seed(5)
         for update in range(10):
+            if normalize:
+                observed = torch.randn(16, eager.env.obs_dim, generator=generator) * 3 + update
+                eager.policy.normalizer.update(observed)
+                compiled.policy.normalizer.update(observed)
             torch.manual_seed(100 + update)
             ours = eager.algorithm.update(batch, progress=0.0)
             torch.manual_seed(100 + update)
@@ -97,8 +105,8 @@ def test_compiled_update_matches_the_eager_update(algo):
                 torch.testing.assert_close(b[name], value, rtol=0, atol=1e-5, msg=f"update {update}: {name}")
         if algo == "td3":
             assert eager.algorithm.updates == compiled.algorithm.updates == 10
-        moved = max(float((a - b).abs().max()) for a, b in zip(trained_tensors(small_loop(algo, False)).values(),
-                                                                trained_tensors(eager).values()))  # fmt: skip
+        initial = trained_tensors(small_loop(algo, False, normalize))
+        moved = max(float((initial[name] - value).abs().max()) for name, value in trained_tensors(eager).items())
         assert moved > 1e-3, "ten updates must move the weights well beyond the tolerance"
     finally:
         eager.env.close()

@@ -12,7 +12,7 @@ from robopt.config import ConfigError, ExperimentConfig, build_dataclass
 from robopt.runner import train
 
 
-def sac_config(tmp_path, **algo) -> ExperimentConfig:
+def sac_config(tmp_path, normalize_obs: bool = False, **algo) -> ExperimentConfig:
     loop = {"learning_starts": 200, "batch_size": 64, "buffer_size": 5000, "iteration_steps": 200,
             **algo.pop("loop", {})}  # fmt: skip
     return build_dataclass(
@@ -27,7 +27,7 @@ def sac_config(tmp_path, **algo) -> ExperimentConfig:
                 "squash": True,
                 "hidden": [32, 32],
                 "activation": "relu",
-                "normalize_obs": False,
+                "normalize_obs": normalize_obs,
             },  # fmt: skip
             "algo": {"name": algo.pop("name", "sac"), "critic_hidden": [32, 32], "loop": loop, **algo},
             "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 2, "checkpoint_every": 1},
@@ -74,7 +74,13 @@ def test_prioritized_n_step_sac_updates_priorities(tmp_path):
         ({"algo": {"name": "sac", "loop": {"buffer_size": 32, "batch_size": 64}}}, "smaller than loop.batch_size"),
         ({"algo": {"name": "sac", "loop": {"priority_alpha": 1.5}}}, "loop.priority_alpha must be in [0, 1]"),
         ({"algo": {"name": "sac", "loop": {"sampler": "rank"}}}, "'rank' is not allowed"),
-        ({"policy": {"name": "gaussian", "squash": True, "normalize_obs": True}}, "normalize_obs=true is not supp"),
+        (
+            {
+                "env": {"id": "Pendulum-v1", "num_envs": 8},
+                "algo": {"name": "td3", "loop": {"buffer_size": 64, "batch_size": 32, "train_freq": 10}},
+            },
+            "8 x 10 = 80 transitions per phase do not fit in algo.loop.buffer_size 64",
+        ),  # fmt: skip
     ],
 )
 def test_bad_sac_input_is_one_line(tmp_path, override, message):
@@ -112,3 +118,49 @@ def test_resume_with_a_buffer_of_another_size_is_one_line(tmp_path):
     changed = sac_config(tmp_path, loop={"buffer_size": 6000})
     with pytest.raises(ConfigError, match=r"cannot resume .*replay state has capacity_per_env=2500.*=3000"):
         train(changed, resume_dir=first.run_dir)
+
+
+def test_the_loop_feeds_the_observation_normalizer(tmp_path):
+    """normalize_obs: every collected observation reaches the shared normalizer (actor and critics read it)."""
+    loop = build_loop(sac_config(tmp_path, normalize_obs=True), initialize=True)
+    try:
+        normalizer = loop.policy.normalizer
+        assert loop.algorithm.critic.normalizer is normalizer and normalizer.enabled
+        seen = [loop.obs.clone()]
+        step = loop.env.step
+
+        def recording_step(action):
+            result = step(action)
+            seen.append(result[0].clone())
+            return result
+
+        loop.env.step = recording_step
+        loop.iteration(0.0)  # 200 env steps over 2 envs, all of them warm-up (random actions)
+        assert float(normalizer.count) == 200.0
+        loop.iteration(0.0)  # then 200 more, with updates
+        assert float(normalizer.count) == 400.0
+        observed = torch.cat(seen[:200]).double()  # what the loop acted on: [400, D]
+        torch.testing.assert_close(normalizer.mean, observed.mean(0), rtol=0, atol=1e-9)
+        torch.testing.assert_close(normalizer.var, observed.var(0, unbiased=False), rtol=1e-9, atol=1e-9)
+    finally:
+        loop.env.close()
+
+
+def test_resuming_a_checkpoint_from_before_obs_normalization_is_refused(tmp_path):
+    loop = build_loop(sac_config(tmp_path), initialize=True)
+    try:
+        state = loop.state_dict()
+    finally:
+        loop.env.close()
+    del state["normalizes_obs"]  # what a checkpoint written before the loop normalized observations holds
+    loop = build_loop(sac_config(tmp_path, normalize_obs=True), initialize=True)
+    try:
+        with pytest.raises(ConfigError, match="from before the off-policy loop normalized observations"):
+            loop.load_state_dict(state)
+    finally:
+        loop.env.close()
+    plain = build_loop(sac_config(tmp_path), initialize=True)  # without normalization an old checkpoint still loads
+    try:
+        plain.load_state_dict(state)
+    finally:
+        plain.env.close()
