@@ -79,6 +79,7 @@ class TD3:
             policy, env, config.critic_hidden, config.critic_activation, config.num_critics
         )
         self.target_policy = copy.deepcopy(policy).requires_grad_(False)
+        self.target_policy.normalizer = policy.normalizer  # the one observation normalizer (a copy would stay stale)
         self.actor_params = [p for name, p in policy.named_parameters() if name != "log_std"]
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=config.learning_rate, fused=True)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate, fused=True)

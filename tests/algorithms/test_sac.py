@@ -120,12 +120,16 @@ def test_resume_with_a_buffer_of_another_size_is_one_line(tmp_path):
         train(changed, resume_dir=first.run_dir)
 
 
-def test_the_loop_feeds_the_observation_normalizer(tmp_path):
-    """normalize_obs: every collected observation reaches the shared normalizer (actor and critics read it)."""
-    loop = build_loop(sac_config(tmp_path, normalize_obs=True), initialize=True)
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_the_loop_feeds_the_observation_normalizer(tmp_path, algo):
+    """normalize_obs: every collected observation reaches the one normalizer that the actor, the critics and
+    their targets read (TD3's target actor once had a copy of its own, frozen at the initial statistics)."""
+    loop = build_loop(sac_config(tmp_path, normalize_obs=True, name=algo), initialize=True)
     try:
         normalizer = loop.policy.normalizer
-        assert loop.algorithm.critic.normalizer is normalizer and normalizer.enabled
+        algorithm = loop.algorithm
+        assert algorithm.critic.normalizer is normalizer and algorithm.target_critic.normalizer is normalizer
+        assert getattr(algorithm, "target_policy", loop.policy).normalizer is normalizer and normalizer.enabled
         seen = [loop.obs.clone()]
         step = loop.env.step
 
