@@ -131,6 +131,10 @@ def main() -> None:
             ours, theirs = (statistics.mean(v[column] for v in rows[name]) for name in ("compiled", "sb3"))
             ratio = ours / theirs
             print(f"speed ratio compiled / sb3 ({label}): {ratio:.2f}x")
+        timed = args.steps - args.learning_starts
+        counted = statistics.mean(timed / (timed / row[0] + c) for row, c in zip(rows["compiled"], compile_times))
+        sb3 = statistics.mean(row[0] for row in rows["sb3"])
+        print(f"speed ratio compiled / sb3 (wall-clock, the compile counted): {counted / sb3:.2f}x")
         print(
             f"compile time (the first compiled update, in the untimed warm-up): "
             f"{', '.join(f'{t:.1f} s' for t in compile_times)}"

@@ -108,8 +108,7 @@ class CompiledUpdate:
 
     def __init__(self, algorithm) -> None:
         self.algorithm = algorithm
-        device = algorithm.log_alpha.device if hasattr(algorithm, "log_alpha") else algorithm.low.device
-        self.device = torch.device(device)
+        self.device = next(algorithm.policy.parameters()).device
         self.compile_seconds, self._compiled_kinds = 0.0, set()
         self.failed: str | None = compile_unavailable_reason(self.device)
         if self.failed is not None:
@@ -134,6 +133,20 @@ class CompiledUpdate:
 
     def _step(self, *args):
         raise NotImplementedError
+
+    def _critic_step(self, critic_state, optimizer, y: torch.Tensor, inputs: tuple, scale: float):
+        """Regress the critics on the target y [B] (weighted, ``scale`` x the summed MSEs) and take their Adam step;
+        returns (loss, td_error [B], mean Q) from before the step."""
+        obs, action, weights = inputs[0], inputs[1], inputs[6]
+
+        def objective(params):
+            q = self.critic(params, obs, action)  # [C, B]
+            loss, td_error = q_regression_loss(q, y, weights, scale=scale)
+            return loss, (td_error, q.mean())
+
+        grads, (loss, (td_error, q_mean)) = torch.func.grad_and_value(objective, has_aux=True)(tuple(critic_state[0]))
+        adam_(critic_state, grads, *_hyper(optimizer))
+        return loss, td_error, q_mean
 
     def run(self, *args, kind: object = None) -> dict[str, torch.Tensor] | None:
         """The compiled step's metrics, or None (said once, eager from then on) when it cannot be compiled.
@@ -188,15 +201,7 @@ class CompiledSACUpdate(CompiledUpdate):
         next_q = self.critic(target, next_obs, next_action)  # [C, B]
         y = soft_q_target(reward, discount, terminated, next_q, next_log_prob, alpha)
 
-        def critic_objective(params):
-            q = self.critic(params, obs, action)
-            loss, td_error = q_regression_loss(q, y, weights, scale=0.5)
-            return loss, (td_error, q.mean())
-
-        grads, (critic_loss, (td_error, q_mean)) = torch.func.grad_and_value(critic_objective, has_aux=True)(
-            tuple(critic)
-        )
-        adam_(critic_state, grads, *_hyper(sac.critic_optimizer))
+        critic_loss, td_error, q_mean = self._critic_step(critic_state, sac.critic_optimizer, y, inputs, scale=0.5)
 
         def actor_objective(params):
             new_action, log_prob = self.actor(params, obs, noise)
@@ -254,15 +259,7 @@ class CompiledTD3Update(CompiledUpdate):
         )  # fmt: skip
         y = soft_q_target(reward, discount, terminated, self.critic(target_critic, next_obs, next_action))
 
-        def critic_objective(params):
-            q = self.critic(params, obs, action)
-            loss, td_error = q_regression_loss(q, y, weights, scale=1.0)
-            return loss, (td_error, q.mean())
-
-        grads, (critic_loss, (td_error, q_mean)) = torch.func.grad_and_value(critic_objective, has_aux=True)(
-            tuple(critic)
-        )
-        adam_(critic_state, grads, *_hyper(td3.critic_optimizer))
+        critic_loss, td_error, q_mean = self._critic_step(critic_state, td3.critic_optimizer, y, inputs, scale=1.0)
         metrics = {"critic_loss": critic_loss, "q_mean": q_mean, "td_error": td_error}
         if update_actor:
 
