@@ -213,10 +213,10 @@ class OffPolicyLoop:
             self.obs = state["obs"].to(self.env.device)
 
 
-def build_replay(schedule: OffPolicySchedule, gamma: float, env, policy=None) -> ReplayBuffer:
+def build_replay(schedule: OffPolicySchedule, gamma: float, env) -> ReplayBuffer:
     """The replay buffer ``schedule`` describes (size, sampler, n-step or hindsight) for discount ``gamma``.
 
-    The loop feeds the ``policy``'s observation normalizer (when enabled) every observation it collects; the
+    The loop feeds the policy's observation normalizer (when enabled) every observation it collects; the
     replay keeps raw observations, normalized by the networks with the current statistics when sampled.
     """
     from robopt.buffers.replay import ReplayStorage

@@ -128,6 +128,6 @@ def build_sac_loop(config: SACConfig, env, policy, seed: int = 0, env_id: str = 
 
     if not isinstance(policy, GaussianPolicy) or not policy.squash:
         raise ConfigError("algo.name=sac needs policy.name=gaussian with policy.squash=true (a tanh-squashed Gaussian)")
-    replay = build_replay(config.loop, config.gamma, env, policy)
+    replay = build_replay(config.loop, config.gamma, env)
     algorithm = SAC(config, policy, env)
     return OffPolicyLoop(env, policy, algorithm, replay, config.loop, seed=seed)
