@@ -20,6 +20,7 @@ from robopt.algorithms import ALGORITHMS, LOOP_KINDS, register_loop_kind
 from robopt.algorithms.onpolicy import OnPolicyLoop
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig, config_to_dict, registered_sections
+from robopt.distributed.collective import LOCAL, RANK_SEED_STRIDE, Collective, rank_config
 from robopt.envs import make_env
 from robopt.policies import POLICIES, ValueCritic
 
@@ -185,21 +186,35 @@ def run_kind(config: ExperimentConfig) -> str:
     return claimed[0] if claimed else ALGORITHMS[algorithm_name(config)].kind
 
 
-def build_loop(config: ExperimentConfig, initialize: bool = False):
+def build_loop(config: ExperimentConfig, initialize: bool = False, collective: Collective = LOCAL):
     """Seeded env, policy, algorithm and the loop of the run's kind (``run_kind``).
 
     ``initialize`` loads ``config.init_from``'s policy before the algorithm is built (a new run, not a resume).
+    ``collective`` (a data-parallel run's, ``robopt.distributed``): this rank builds its share of the envs and
+    minibatch (``rank_config``); only on-policy runs support several ranks.
     """
     seed_everything(config.seed)
     torch.set_num_threads(resolve_torch_threads(config)[0])
     kind = run_kind(config)
     if kind not in LOOP_KINDS:
         raise ConfigError(f"no loop is registered for runs of kind {kind!r} (import robopt.experiment first)")
-    return LOOP_KINDS[kind](config, initialize)
+    if collective.world_size == 1:
+        return LOOP_KINDS[kind](config, initialize)
+    if kind != "on_policy":
+        raise ConfigError(
+            f"data-parallel training (torchrun, --nproc) supports the on-policy algorithms; algo.name="
+            f"{algorithm_name(config)} runs as {kind} in one process"
+        )
+    return build_algorithm_loop(rank_config(config, collective), initialize, collective)
 
 
-def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False):
-    """The loop of an ``on_policy``, ``off_policy`` or ``pretrain`` algorithm, on one env batch of this process."""
+def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, collective: Collective = LOCAL):
+    """The loop of an ``on_policy``, ``off_policy`` or ``pretrain`` algorithm, on one env batch of this process.
+
+    With several ranks (``collective``) every rank draws the same initial weights from ``config.seed`` (and takes
+    rank 0's, broadcast, to be sure), its envs reset from ``seed + rank * RANK_SEED_STRIDE``, and its torch, numpy
+    and python streams restart from that seed once the parts are built.
+    """
     env = build_env(config)
     try:
         policy = build_policy(config, env)
@@ -231,10 +246,17 @@ def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False):
         critic = build_critic(config, env)
         algorithm = spec.build(config.algo, policy, critic)
         frozen_statistics = bool(config.init_from) and config.init_normalizer == "frozen"
-        return OnPolicyLoop(
-            env, policy, critic, algorithm, config.rollout, seed=config.seed, critic_warmup=config.critic_warmup,
+        rank_seed = config.seed + RANK_SEED_STRIDE * collective.rank
+        loop = OnPolicyLoop(
+            env, policy, critic, algorithm, config.rollout, seed=rank_seed, critic_warmup=config.critic_warmup,
             privileged=config.critic.privileged, update_policy_normalizer=not frozen_statistics,
+            collective=collective,
         )  # fmt: skip
+        if collective.world_size > 1:
+            collective.broadcast_module_(policy)
+            collective.broadcast_module_(critic)
+            seed_everything(rank_seed)
+        return loop
     except BaseException:
         env.close()
         raise

@@ -28,9 +28,57 @@ def train(
     overrides: list[str] | None = typer.Argument(None, help="key=value overrides, e.g. algo.clip_low=0.1"),
     resume: Path | None = typer.Option(None, "--resume", help="continue this run directory from its last checkpoint"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no live progress bar"),
+    nproc: int = typer.Option(
+        1, "--nproc", help="data-parallel: K processes on this machine, as torchrun --nproc_per_node K (on-policy)"
+    ),
 ) -> None:
     """Train from a config file (or resume a run)."""
+    if nproc != 1:
+        args = ["train", *([str(config)] if config is not None else []), *(overrides or [])]
+        args += ["--resume", str(resume)] if resume is not None else []
+        args += ["--no-progress"] if no_progress else []
+        _launch_ranks(nproc, args)
+        return
     _run(config, overrides, resume, no_progress)
+
+
+def _launch_ranks(nproc: int, args: list[str]) -> None:
+    """``robopt <args>`` on ``nproc`` ranks through torch's elastic launcher (what ``torchrun --standalone`` runs).
+
+    When a rank fails the launcher stops the others; this prints which rank failed and its exit code, once.
+    """
+    import logging
+    import os
+    import uuid
+
+    if nproc < 1:
+        _fail(f"--nproc={nproc}: the number of processes must be >= 1")
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        _fail("--nproc inside a torchrun launch: give the process count to torchrun (--nproc_per_node) only")
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    # the launcher logs each stop as warnings and errors with paths and pids (each module's logger has its own
+    # level); the one line below says it
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("torch.distributed"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # what torchrun sets per rank; robopt picks torch's threads itself
+    launch = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"robopt-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5,
+    )  # fmt: skip
+    try:
+        elastic_launch(launch, sys.executable)("-m", "robopt", *args)
+    except SignalException as error:  # Ctrl-C: the launcher passed it to the ranks, which checkpointed and stopped
+        _fail(f"stopped by signal {error.sigval}; rank 0 said where its checkpoint is", code=130)
+    except ChildFailedError as error:
+        rank, failure = error.get_first_failure()
+        code = failure.exitcode
+        how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        _fail(f"rank {rank} of {nproc} stopped ({how}); the other ranks were stopped; the last checkpoint is kept",
+              code=code if 0 < code < 126 else 1)  # fmt: skip
 
 
 @app.command()
@@ -50,6 +98,7 @@ def _run(config, overrides, resume, no_progress, kind: str | None = None) -> Non
     from robopt.algorithms.onpolicy import NonFiniteError
     from robopt.build import LAST_CHECKPOINT
     from robopt.config import config_to_dict
+    from robopt.distributed import RankLost
     from robopt.experiment import load_config, load_run_config
     from robopt.runner import train as run_training
 
@@ -80,8 +129,12 @@ def _run(config, overrides, resume, no_progress, kind: str | None = None) -> Non
         _fail(str(error))
     except NonFiniteError as error:
         _fail(f"training stopped: {error}; the last good checkpoint is kept", code=3)
+    except RankLost as error:
+        _fail(f"training stopped: {error}; the last checkpoint is kept", code=4)
     except KeyboardInterrupt:
         _fail("stopped by user; the last checkpoint on disk is kept", code=130)
+    if result.run_dir is None:  # a data-parallel rank other than 0: rank 0 reports
+        return
     typer.echo(f"run directory: {result.run_dir}")
     typer.echo(f"env steps: {result.env_steps}  iterations: {result.iterations}  last return: {result.last_return}")
     if (result.run_dir / "eval.json").is_file():
@@ -91,7 +144,8 @@ def _run(config, overrides, resume, no_progress, kind: str | None = None) -> Non
         success = f"  success rate: {summary['success_rate']:.2f}" if "success_rate" in summary else ""
         typer.echo(f"deterministic evaluation: {summary['mean_return']:.1f} +- {summary['std_return']:.1f}{success}")
     if result.stopped_by_user:
-        typer.echo(f"stopped by user; checkpoint saved; resume with: robopt train --resume {result.run_dir}")
+        ranks = f" --nproc {result.world_size}" if result.world_size > 1 else ""
+        typer.echo(f"stopped by user; checkpoint saved; resume with: robopt train --resume {result.run_dir}{ranks}")
         raise typer.Exit(130)
 
 
@@ -232,6 +286,11 @@ _register_sim2real()
 
 
 def main() -> None:
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:  # a data-parallel rank: read when torch loads, so set first
+        # c10d logs a failed rendezvous or a lost peer as a C++ stack trace; the rank prints it as one line instead
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     try:
         app()
     except ConfigError as error:  # errors raised while parsing outside a command

@@ -15,6 +15,7 @@ import yaml
 from robopt.build import LAST_CHECKPOINT, build_env, build_loop, evaluation_env_options, resolve_torch_threads
 from robopt.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from robopt.config import ConfigError, ExperimentConfig, config_to_dict
+from robopt.distributed.collective import LOCAL, Collective, join_from_environment
 from robopt.evaluation import evaluate_policy
 from robopt.logging import RunLogger
 
@@ -34,6 +35,7 @@ class TrainResult:
     iterations: int
     last_return: float | None
     stopped_by_user: bool = False
+    world_size: int = 1  # ranks of a data-parallel run
 
 
 class _InterruptFlag:
@@ -61,18 +63,55 @@ class _InterruptFlag:
             signal.signal(signal.SIGINT, self._previous)
 
 
-def _checkpoint_state(loop, config: ExperimentConfig, wall_time: float) -> dict:
-    """What ``--resume`` needs; ``wall_time`` is the run's training time so far, so a resumed run's clock continues."""
-    return {"loop": loop.state_dict(), "rng": rng_state(), "config": config_to_dict(config), "wall_time": wall_time}
+RANK_KEYS = ("obs", "env", "reward_scaler")
+"""Entries of an on-policy loop's state that differ between the ranks of a data-parallel run (each rank's envs)."""
 
 
-def _describe_start(config: ExperimentConfig, loop, run_dir: Path, resumed: bool) -> str:
+def _checkpoint_state(loop, config: ExperimentConfig, wall_time: float, collective: Collective = LOCAL) -> dict | None:
+    """What ``--resume`` needs; ``wall_time`` is the run's training time so far, so a resumed run's clock continues.
+
+    With several ranks every rank's RNG and env state is gathered to rank 0 (``ranks``, in rank order, with the
+    ``world_size``); the shared parts (weights, optimizer, counters) are rank 0's. None on the other ranks.
+    """
+    state = loop.state_dict()
+    if collective.world_size == 1:
+        return {"loop": state, "rng": rng_state(), "config": config_to_dict(config), "wall_time": wall_time}
+    own = {key: state.get(key) for key in RANK_KEYS} | {"rng": rng_state()}
+    ranks = collective.gather_objects(own)
+    if not collective.is_writer:
+        return None
+    return {"loop": state, "rng": rng_state(), "config": config_to_dict(config), "wall_time": wall_time,
+            "world_size": collective.world_size, "ranks": ranks}  # fmt: skip
+
+
+def _load_checkpoint_state(loop, checkpoint: dict, collective: Collective, run_dir: Path) -> None:
+    """Restore ``loop`` and the RNG streams from a checkpoint; with several ranks, this rank's own part."""
+    world = int(checkpoint.get("world_size", 1))
+    if world != collective.world_size:
+        raise ConfigError(
+            f"cannot resume {str(run_dir)!r}: it was trained on {world} rank(s), this launch has "
+            f"{collective.world_size}; resume with --nproc {world}"
+        )
+    state = dict(checkpoint["loop"])
+    rng = checkpoint["rng"]
+    if world > 1:
+        own = checkpoint["ranks"][collective.rank]
+        state.update({key: own[key] for key in RANK_KEYS if own.get(key) is not None})
+        rng = own["rng"]
+    loop.load_state_dict(state)
+    set_rng_state(rng)
+
+
+def _describe_start(config: ExperimentConfig, loop, run_dir: Path, resumed: bool, collective: Collective) -> str:
     threads, why = resolve_torch_threads(config)
     env = loop.env
     backend = type(env).__name__ if not hasattr(env, "physics") else type(env.physics).__name__
     verb = "resuming" if resumed else "training"
+    envs = f"{env.num_envs}"
+    if collective.world_size > 1:
+        envs += f" on each of {collective.world_size} ranks"
     return (
-        f"robopt: {verb} {config.name} in {run_dir} | {config.env.id} x {env.num_envs} ({backend}) | "
+        f"robopt: {verb} {config.name} in {run_dir} | {config.env.id} x {envs} ({backend}) | "
         f"torch threads: {threads} ({why}; override with torch_threads=N)"
     )
 
@@ -87,24 +126,36 @@ def train(
 
     ``stop_at_iteration`` checkpoints and stops early (time-sliced jobs); ``--resume`` continues the run.
     """
-    loop = build_loop(config, initialize=resume_dir is None)
+    collective = join_from_environment(config.device)  # LOCAL unless launched by torchrun / --nproc
+    try:
+        return _train(config, collective, resume_dir, progress, stop_at_iteration)
+    finally:
+        collective.close()
+
+
+def _train(config, collective: Collective, resume_dir, progress, stop_at_iteration) -> TrainResult:
+    """``train`` on this rank; rank 0 alone writes the run directory, logs and checkpoints."""
+    loop = build_loop(config, initialize=resume_dir is None, collective=collective)
+    writer = collective.is_writer
     wall_time_before = 0.0  # training wall time of the run before this process (resumed runs)
     if resume_dir is not None:
         run_dir = Path(resume_dir)
         try:
             checkpoint = load_checkpoint(run_dir / LAST_CHECKPOINT)
-            loop.load_state_dict(checkpoint["loop"])
-            set_rng_state(checkpoint["rng"])
+            _load_checkpoint_state(loop, checkpoint, collective, run_dir)
+        except ConfigError:
+            raise
         except (RuntimeError, KeyError, ValueError, EOFError, OSError, pickle.UnpicklingError) as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ConfigError(f"cannot resume {str(run_dir)!r}: its checkpoint does not load ({first})") from None
         wall_time_before = float(checkpoint.get("wall_time", 0.0))
     else:
-        run_dir = new_run_dir(config)
+        run_dir = new_run_dir(config) if writer else None
     # A resumed run drops what was logged after its checkpoint, so its files read like one uninterrupted run.
-    logger = RunLogger(run_dir, resume_at_step=loop.env_steps if resume_dir is not None else None)
-    show_progress = config.log.progress if progress is None else progress
-    print(_describe_start(config, loop, run_dir, resume_dir is not None), flush=True)
+    logger = RunLogger(run_dir, resume_at_step=loop.env_steps if resume_dir is not None else None) if writer else None
+    show_progress = (config.log.progress if progress is None else progress) and writer
+    if writer:
+        print(_describe_start(config, loop, run_dir, resume_dir is not None, collective), flush=True)
     # A loop that knows its own length (behaviour cloning: epochs) says so; on-policy loops run total_steps.
     total_iterations = getattr(loop, "total_iterations", None) or max(1, config.total_steps // loop.steps_per_iteration)
     last_return, stopped = None, False
@@ -124,30 +175,35 @@ def train(
                 metrics["steps_per_second"] = (loop.env_steps - start_steps) / elapsed
                 metrics["wall_time"] = wall_time_before + elapsed
                 last_return = metrics.get("episode_return", last_return)
-                logger.log(loop.env_steps, metrics)
+                if logger is not None:
+                    logger.log(loop.env_steps, metrics)
                 bar.update(loop.env_steps, metrics["steps_per_second"], last_return)
+                requested = collective.any(interrupt.requested)  # a Ctrl-C seen by any rank stops them all here
                 done = (
                     loop.iteration_count >= total_iterations
                     or loop.iteration_count == stop_at_iteration
                     or getattr(loop, "finished", False)
                 )
-                if done or interrupt.requested or loop.iteration_count % config.log.checkpoint_every == 0:
-                    save_checkpoint(run_dir / LAST_CHECKPOINT, _checkpoint_state(loop, config, metrics["wall_time"]))
-                if interrupt.requested:
+                if done or requested or loop.iteration_count % config.log.checkpoint_every == 0:
+                    state = _checkpoint_state(loop, config, metrics["wall_time"], collective)
+                    if writer:
+                        save_checkpoint(run_dir / LAST_CHECKPOINT, state)
+                if requested:
                     stopped = True
-                if done or interrupt.requested:
+                if done or requested:
                     break
         complete = loop.iteration_count >= total_iterations or getattr(loop, "finished", False)
-        if not stopped and complete and config.log.eval_episodes > 0:
+        if writer and not stopped and complete and config.log.eval_episodes > 0:
             evaluation = final_evaluation(config, loop.policy, run_dir)
             scores = {"return": evaluation["mean_return"], "return_std": evaluation["std_return"]}
             if "success_rate" in evaluation:
                 scores["success_rate"] = evaluation["success_rate"]
             logger.log_summary(loop.env_steps, scores)
     finally:
-        logger.close()
+        if logger is not None:
+            logger.close()
         loop.env.close()
-    return TrainResult(run_dir, loop.env_steps, loop.iteration_count, last_return, stopped)
+    return TrainResult(run_dir, loop.env_steps, loop.iteration_count, last_return, stopped, collective.world_size)
 
 
 def final_evaluation(config: ExperimentConfig, policy, run_dir: Path) -> dict:

@@ -35,6 +35,7 @@ from robopt.core.ratio_control import RatioControl
 from robopt.core.schedules import SCHEDULES, make_schedule
 from robopt.core.surrogates import ratio_metrics, surrogate
 from robopt.core.updaters import FirstOrderUpdater
+from robopt.distributed.collective import LOCAL, Collective
 from robopt.options import ConfigError, option
 
 
@@ -148,6 +149,15 @@ class DPPO:
             clip_schedule(steps, config.clip_base, config.ratio.clip_low, config.clip_rate).to(device),
         )
         self.control = config.ratio
+        self.collective = LOCAL
+
+    def use_collective(self, collective: Collective) -> None:
+        """Data-parallel training: actor and critic gradients averaged over ranks at every minibatch step (each
+        rank's minibatch is its share of the configured (env step, denoising step) pairs); the KL that stops the
+        epochs or adapts the penalty is the ranks' mean."""
+        self.collective = collective
+        self.actor_updater.collective = collective
+        self.critic_updater.collective = collective
 
     def _step(self, batch: RolloutBatch, rows, step, with_metrics: bool) -> dict[str, torch.Tensor]:
         loss, metrics = dppo_loss(
@@ -171,8 +181,8 @@ class DPPO:
             for index in torch.randperm(pairs, device=batch.obs.device).split(config.minibatch_size):
                 yield self._step(batch, index // steps, index % steps, with_metrics)
 
-        metrics, epochs_run = run_epochs(config.epochs, config.target_kl, epoch_steps)
-        drift = self._drift(batch)
+        metrics, epochs_run = run_epochs(config.epochs, config.target_kl, epoch_steps, self.collective)
+        drift = self.collective.mean_dict(self._drift(batch))
         if self.control.name == "kl_penalty_adaptive":
             self.control = self.control.adapted(float(drift["approx_kl"]))
         return {

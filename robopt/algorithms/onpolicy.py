@@ -24,6 +24,7 @@ from robopt.core.errors import NonFiniteError
 from robopt.core.normalization import RewardScaler
 from robopt.core.protocols import Policy, VecEnv
 from robopt.core.shapes import check_shape
+from robopt.distributed.collective import LOCAL, Collective
 from robopt.options import ConfigError, option
 
 __all__ = ["NonFiniteError", "OnPolicyAlgorithm", "OnPolicyLoop", "RolloutConfig"]
@@ -88,8 +89,12 @@ class OnPolicyLoop:
         critic_warmup: int = 0,
         privileged: bool = False,
         update_policy_normalizer: bool = True,
+        collective: Collective = LOCAL,
     ) -> None:
         self.env, self.policy, self.critic, self.algorithm, self.rollout = env, policy, critic, algorithm, rollout
+        self.collective = collective  # data-parallel: this rank's envs are one share of the run's
+        if collective.world_size > 1:
+            self._check_data_parallel(algorithm, rollout, critic_warmup)
         self.critic_warmup = critic_warmup  # first iterations fit the critic only (a pretrained actor stays frozen)
         if hasattr(policy, "freeze_base") and not bool(policy.base_frozen):
             # diffusion: the first K - K' denoising steps keep the network RL starts from (its log_ratio covers
@@ -127,8 +132,10 @@ class OnPolicyLoop:
 
     @property
     def steps_per_iteration(self) -> int:
-        """Env steps per iteration: T x N decisions, each H env steps for an action-chunk env (H = ``horizon``)."""
-        return self.rollout.num_steps * self.env.num_envs * getattr(self.env, "horizon", 1)
+        """Env steps per iteration: T x N decisions, each H env steps for an action-chunk env (H = ``horizon``),
+        summed over the ranks of a data-parallel run."""
+        steps = self.rollout.num_steps * self.env.num_envs * getattr(self.env, "horizon", 1)
+        return steps * self.collective.world_size
 
     @torch.inference_mode()
     def collect(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -160,7 +167,8 @@ class OnPolicyLoop:
         self.obs = obs
         storage.commit()
         if self.rollout.normalize_reward:  # the whole rollout at once: same numbers as per step, far cheaper
-            storage.reward.copy_(self.reward_scaler(storage.reward, storage.terminated | storage.truncated))
+            collective = self.collective if self.collective.world_size > 1 else None
+            storage.reward.copy_(self.reward_scaler(storage.reward, storage.terminated | storage.truncated, collective))
         episode_return, episode_length = torch.stack(ended_return), torch.stack(ended_length)  # [T, N]
         ended = episode_length > 0
         return episode_return[ended], episode_length[ended]
@@ -193,8 +201,15 @@ class OnPolicyLoop:
             rollout.gamma, rollout.gae_lambda,
         )  # fmt: skip
         if rollout.normalize_advantage:
-            advantage = normalize_advantage(advantage)
+            advantage = self._normalize_advantage(advantage)
         return storage.flatten(advantage, return_target, critic_input)
+
+    def _normalize_advantage(self, advantage: torch.Tensor) -> torch.Tensor:
+        """Zero mean, unit std over the batch: this rank's, or in a data-parallel run every rank's rows."""
+        if self.collective.world_size == 1:
+            return normalize_advantage(advantage)
+        mean, std = self.collective.mean_std(advantage)
+        return (advantage - mean) / (std + 1e-8)
 
     def _group_batch(self, critic_input: torch.Tensor) -> RolloutBatch:
         """Group-relative advantages (GRPO; RLOO with ``leave_one_out``) over rows sharing a prompt.
@@ -258,14 +273,14 @@ class OnPolicyLoop:
                 episode_return, episode_length = torch.cat(returns), torch.cat(lengths)
             self.dropped_fraction = self.dropped_rows / self.generated_rows
             if self.rollout.normalize_advantage and len(batch) > 1:
-                batch = dataclasses.replace(batch, advantage=normalize_advantage(batch.advantage))
+                batch = dataclasses.replace(batch, advantage=self._normalize_advantage(batch.advantage))
         if len(batch) == 0:  # dynamic sampling dropped every group: nothing to learn from this rollout
             metrics = {}
         elif self.iteration_count <= self.critic_warmup:
             metrics = self.warm_up_critic(batch)
         else:
             metrics = self.algorithm.update(batch, progress)
-        values = {k: float(v) for k, v in metrics.items()}
+        values = {k: float(v) for k, v in self.collective.mean_dict(metrics).items()}
         if self.rollout.dynamic_sampling:
             values["dropped_fraction"] = self.dropped_fraction
         if self.rollout.refill_rounds > 0:
@@ -279,14 +294,45 @@ class OnPolicyLoop:
                 raise NonFiniteError(f"iteration {self.iteration_count}: non-finite {name} ({value})")
         # The statistics a rollout was collected with are the ones its update saw; refresh them only now.
         if self.update_policy_normalizer and len(batch) > 0:
-            self.policy.normalizer.update(batch.obs)
+            self._update_normalizer(self.policy.normalizer, batch.obs)
         if len(batch) > 0:
-            self.critic.normalizer.update(batch.critic_input)
+            self._update_normalizer(self.critic.normalizer, batch.critic_input)
+        if self.collective.world_size > 1:  # episodes that ended on any rank
+            totals = [float(episode_return.sum()), float(episode_length.float().sum()), float(episode_return.numel())]
+            totals = self.collective.sum_(torch.tensor(totals, dtype=torch.float64, device=self.collective.device))
+            if totals[2] > 0:
+                values["episode_return"] = float(totals[0] / totals[2])
+                values["episode_length"] = float(totals[1] / totals[2])
+            values["episodes"] = float(totals[2])
+            return values
         if episode_return.numel() > 0:
             values["episode_return"] = float(episode_return.mean())
             values["episode_length"] = float(episode_length.float().mean())
         values["episodes"] = float(episode_return.numel())
         return values
+
+    def _update_normalizer(self, normalizer, x: torch.Tensor) -> None:
+        """Merge the rows of ``x`` into ``normalizer``: this rank's, or in a data-parallel run every rank's."""
+        if self.collective.world_size == 1:
+            normalizer.update(x)
+        elif normalizer.enabled:
+            normalizer.merge(*self.collective.moments(x.reshape(-1, normalizer.dim)))
+
+    def _check_data_parallel(self, algorithm, rollout: RolloutConfig, critic_warmup: int) -> None:
+        """What several ranks support, refused with one line otherwise; the algorithm is handed the collective."""
+        if not hasattr(algorithm, "use_collective"):
+            raise ConfigError(
+                f"{type(algorithm).__name__} runs in one process; data-parallel training supports PPO, FPO, TRPO "
+                "and DPPO (launch without torchrun / --nproc)"
+            )
+        if rollout.dynamic_sampling:
+            raise ConfigError(
+                "rollout.dynamic_sampling changes each rank's batch size, which data-parallel minibatches cannot "
+                "follow; set rollout.dynamic_sampling=false or run in one process"
+            )
+        if critic_warmup > 0:
+            raise ConfigError("critic_warmup runs in one process; set critic_warmup=0 or launch without --nproc")
+        algorithm.use_collective(self.collective)
 
     def warm_up_critic(self, batch: RolloutBatch, epochs: int = 10, minibatch_size: int = 256) -> dict:
         """Fit V to the batch's GAE return targets with the actor untouched (a separate Adam, lr 1e-3).
@@ -320,7 +366,8 @@ class OnPolicyLoop:
             raise TypeError(f"{env.env_id}: terminated/truncated must be bool tensors, got {terminated.dtype}")
 
     def _check_finite(self, source: str, tensor: torch.Tensor) -> None:
-        if not bool(torch.isfinite(tensor).all()):
+        # any rank's: every rank stops at the same point rather than one waiting on the others' next collective
+        if self.collective.any(not bool(torch.isfinite(tensor).all())):
             raise NonFiniteError(f"iteration {self.iteration_count}: non-finite {source} from env {self.env.env_id}")
 
     def state_dict(self) -> dict:

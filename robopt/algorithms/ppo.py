@@ -23,6 +23,7 @@ from robopt.core.ratio_control import RatioControl
 from robopt.core.schedules import SCHEDULES, make_schedule
 from robopt.core.surrogates import REDUCTIONS, masked_mean, ratio_metrics, surrogate
 from robopt.core.updaters import FirstOrderUpdater
+from robopt.distributed.collective import LOCAL, Collective
 from robopt.options import ConfigError, option
 
 
@@ -134,12 +135,15 @@ def normalize_per_minibatch(advantage: torch.Tensor, minibatch_size: int) -> tor
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def run_epochs(epochs: int, target_kl: float, epoch_steps) -> tuple[dict[str, torch.Tensor], int]:
+def run_epochs(
+    epochs: int, target_kl: float, epoch_steps, collective: Collective = LOCAL
+) -> tuple[dict[str, torch.Tensor], int]:
     """Epochs of minibatch steps, stopping early when an epoch's mean approx KL exceeds 1.5 x ``target_kl`` (> 0).
 
     ``epoch_steps(with_metrics)`` runs one epoch, yielding each step's metrics; they are kept for the last epoch
     (reported) and, with ``target_kl``, for every epoch. Returns the last kept epoch's mean metrics and the
-    epochs run (shared by PPO's and DPPO's updates).
+    epochs run (shared by PPO's and DPPO's updates). In a data-parallel run the KL that stops the epochs is the
+    ranks' mean (``collective``), so every rank stops after the same epoch.
     """
     epochs_run, sums, count = 0, {}, 0
     for epoch in range(epochs):
@@ -151,8 +155,12 @@ def run_epochs(epochs: int, target_kl: float, epoch_steps) -> tuple[dict[str, to
                     sums[key] = sums[key] + value if key in sums else value
                 count += 1
         epochs_run += 1
-        if target_kl > 0.0 and float(sums["approx_kl"]) / count > 1.5 * target_kl:
-            break
+        if target_kl > 0.0:
+            kl = float(sums["approx_kl"]) / count
+            if collective.world_size > 1:
+                kl = float(collective.mean_dict({"kl": torch.tensor(kl)})["kl"])
+            if kl > 1.5 * target_kl:
+                break
     return {key: value / max(count, 1) for key, value in sums.items()}, epochs_run
 
 
@@ -185,6 +193,7 @@ class PPO:
         self.schedule = make_schedule(config.lr_schedule, config.learning_rate)
         self.control = config.ratio  # adapted between updates (kl_penalty_adaptive); saved in state_dict
         self.compiled_step = None
+        self.collective = LOCAL
         if config.compile:
             reason = compile_unavailable_reason(self.updater.flat.device)
             if reason is not None:
@@ -205,12 +214,12 @@ class PPO:
                         lambda mb=minibatch: ppo_loss(self.policy, self.critic, mb, config, self.control, with_metrics)
                     )
 
-        metrics, epochs_run = run_epochs(config.epochs, config.target_kl, epoch_steps)
+        metrics, epochs_run = run_epochs(config.epochs, config.target_kl, epoch_steps, self.collective)
         drift = {}
         if config.drift_metrics:
             with torch.no_grad():  # after-update drift over the whole batch: what the trust region is about
                 log_ratio = self.policy.log_ratio(batch.obs, batch.action, batch.policy_info)
-                drift = ratio_metrics(log_ratio, batch.policy_info.get("mask"))
+                drift = self.collective.mean_dict(ratio_metrics(log_ratio, batch.policy_info.get("mask")))
         if self.control.name == "kl_penalty_adaptive":
             self.control = self.control.adapted(float(drift["approx_kl"]))
         return {
@@ -220,6 +229,28 @@ class PPO:
             "epochs_run": torch.tensor(float(epochs_run)),
             "learning_rate": torch.tensor(learning_rate),
         }
+
+    def use_collective(self, collective: Collective) -> None:
+        """Data-parallel training: every minibatch step averages the flat gradient over ranks (before the clip), and
+        the KL that stops the epochs or adapts the penalty is the ranks' mean. Each rank's minibatch is its equal
+        share of the configured one, so the averaged gradient is the whole minibatch's."""
+        if self.compiled_step is not None:
+            raise ConfigError(
+                "algo.compile=true runs in one process; data-parallel training takes the eager step: set "
+                "algo.compile=false"
+            )
+        if self.config.minibatch_advantage_norm:
+            raise ConfigError(
+                "algo.minibatch_advantage_norm=true normalizes each rank's share of a minibatch on its own; with "
+                "several ranks use the batch-wide normalization (rollout.normalize_advantage=true)"
+            )
+        if self.config.reduction == "token_mean":
+            raise ConfigError(
+                "algo.reduction=token_mean weighs ranks by their token counts, which the gradient average does not; "
+                "with several ranks use reduction=mean, sequence_mean or constant"
+            )
+        self.collective = collective
+        self.updater.collective = collective
 
     def _compiled_step(self, minibatch: RolloutBatch) -> dict[str, torch.Tensor]:
         try:

@@ -114,6 +114,12 @@ class TRPO:
         self.critic_updater = FirstOrderUpdater(critic.parameters(), config.critic_learning_rate, max_norm)
         self.schedule = make_schedule(config.lr_schedule, config.critic_learning_rate)
 
+    def use_collective(self, collective) -> None:
+        """Data-parallel training: the actor's gradient, Fisher-vector products and line-search loss and KL, and
+        every critic minibatch's gradient, are the ranks' means (each rank holds an equal share of the batch)."""
+        self.actor_updater.collective = collective
+        self.critic_updater.collective = collective
+
     def update(self, batch: RolloutBatch, progress: float) -> dict[str, torch.Tensor]:
         """One trust-region actor step on the whole batch, then the critic epochs. Returns scalar metrics."""
         metrics = self.actor_step(batch)

@@ -41,8 +41,17 @@ class RunningNormalizer(nn.Module):
         x = x.reshape(-1, self.dim).to(torch.float64)
         if x.shape[0] == 0:  # nothing to merge (an empty batch would make the statistics NaN)
             return
-        batch_count = float(x.shape[0])
-        batch_mean, batch_var = x.mean(0), x.var(0, unbiased=False)
+        self.merge(float(x.shape[0]), x.mean(0), x.var(0, unbiased=False))
+
+    @torch.no_grad()
+    def merge(self, batch_count: float, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
+        """Merge a batch's count, mean [D] and biased variance [D] (float64) into the running statistics.
+
+        ``update`` merges one tensor's rows; a data-parallel run merges the moments of every rank's rows
+        (``robopt.distributed.Collective.moments``), so every rank keeps the same statistics.
+        """
+        if not self.enabled or batch_count == 0:
+            return
         total = self.count + batch_count
         delta = batch_mean - self.mean
         new_mean = self.mean + delta * batch_count / total
@@ -76,10 +85,14 @@ class RewardScaler(nn.Module):
         self.register_buffer("discounted_return", torch.zeros(num_envs, dtype=torch.float64))
 
     @torch.no_grad()
-    def forward(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
-        """Scale reward [T, N] (or [N], one step); ``done`` marks rows whose episode ended at that step."""
+    def forward(self, reward: torch.Tensor, done: torch.Tensor, collective=None) -> torch.Tensor:
+        """Scale reward [T, N] (or [N], one step); ``done`` marks rows whose episode ended at that step.
+
+        ``collective`` (a data-parallel run's ``robopt.distributed.Collective``): the statistics are those of every
+        rank's envs, so every rank scales by the same std.
+        """
         if reward.dim() == 1:
-            return self.forward(reward[None], done[None])[0]
+            return self.forward(reward[None], done[None], collective)[0]
         steps, num_envs = reward.shape
         returns = torch.empty(steps, num_envs, dtype=torch.float64, device=reward.device)  # [T, N]
         running, keep = self.discounted_return, (~done).to(torch.float64)
@@ -87,19 +100,27 @@ class RewardScaler(nn.Module):
         for t in range(steps):  # G_t = gamma G_{t-1} + r_t, then G_t = 0 where the episode ended at t
             torch.add(running.mul_(self.gamma), reward64[t], out=returns[t])
             torch.mul(returns[t], keep[t], out=running)
-        var = self._running_variance(returns)  # [T]: variance of all returns seen up to each step
-        self.stats.update(returns.reshape(-1, 1))
+        var = self._running_variance(returns, collective)  # [T]: variance of all returns seen up to each step
+        if collective is None:
+            self.stats.update(returns.reshape(-1, 1))
+        else:
+            self.stats.merge(*collective.moments(returns.reshape(-1, 1)))
         std = torch.sqrt(var + self.eps).to(reward.dtype)
         return torch.clamp(reward / std[:, None], -self.clip, self.clip)
 
-    def _running_variance(self, returns: torch.Tensor) -> torch.Tensor:
+    def _running_variance(self, returns: torch.Tensor, collective=None) -> torch.Tensor:
         """Variance of the prior statistics merged with returns[:t + 1], for every t (Chan et al., with cumsums)."""
         stats = self.stats
         prior_count, prior_mean, prior_var = stats.count, stats.mean[0], stats.var[0]
         deviation = returns - prior_mean  # [T, N], shifted by the prior mean for accuracy
-        new_count = torch.arange(1, returns.shape[0] + 1, device=returns.device) * returns.shape[1]  # [T]
-        sum_dev = torch.cumsum(deviation.sum(1), 0)  # [T]
-        sum_sq = torch.cumsum(deviation.square().sum(1), 0)  # [T]
+        sums = torch.stack((deviation.sum(1), deviation.square().sum(1)))  # [2, T]
+        num_envs = returns.shape[1]
+        if collective is not None:  # every rank's envs at each step
+            collective.sum_(sums)
+            num_envs *= collective.world_size
+        new_count = torch.arange(1, returns.shape[0] + 1, device=returns.device) * num_envs  # [T]
+        sum_dev = torch.cumsum(sums[0], 0)  # [T]
+        sum_sq = torch.cumsum(sums[1], 0)  # [T]
         count = prior_count + new_count
         mean_shift = sum_dev / count  # mean - prior_mean
         return (prior_count * prior_var + sum_sq) / count - mean_shift.square()

@@ -117,17 +117,20 @@ def conjugate_gradient(
 
 
 def fisher_vector_product(
-    kl_fn: KLClosure, params: list[nn.Parameter], damping: float
+    kl_fn: KLClosure, params: list[nn.Parameter], damping: float, average: Callable | None = None
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """Return ``v -> (H + damping I) v`` with H the Hessian of the mean KL at the current params (TRPO app. C.1).
 
     The KL gradient is built once with ``create_graph=True``; each product then costs one backward pass
-    of ``(grad KL . v)`` (Pearlmutter 1994), instead of forming the P x P matrix.
+    of ``(grad KL . v)`` (Pearlmutter 1994), instead of forming the P x P matrix. ``average`` (a data-parallel
+    run's ``Collective.average_``) makes H v the ranks' mean: the Hessian of the KL over every rank's rows.
     """
     kl_grad = flat_grad(kl_fn(), params, create_graph=True)  # [P], graph kept for the second backward
 
     def product(vector: torch.Tensor) -> torch.Tensor:
         hessian_vector = flat_grad(kl_grad.dot(vector), params, retain_graph=True)  # [P]
+        if average is not None:
+            average(hessian_vector)
         return hessian_vector + damping * vector
 
     return product
@@ -161,6 +164,16 @@ class TrustRegionUpdater:
         if not self.params:
             raise ValueError("TrustRegionUpdater needs at least one parameter that requires grad")
         self.config = config or TrustRegionConfig()
+        # a data-parallel run's robopt.distributed.Collective: the gradient, every Fisher-vector product and the
+        # line search's loss and KL are the ranks' means, so every rank solves the same system and takes one step
+        self.collective = None
+
+    def _average(self, *values: torch.Tensor) -> list[torch.Tensor]:
+        """Scalars averaged over ranks (one all_reduce); as given in one process."""
+        if self.collective is None:
+            return list(values)
+        stacked = self.collective.average_(torch.stack([value.detach().reshape(()) for value in values]))
+        return list(stacked.unbind())
 
     def step(self, loss_fn: LossClosure, kl_fn: KLClosure, fisher_kl_fn: KLClosure | None = None) -> dict[str, float]:
         """One trust-region update of ``self.params``.
@@ -183,8 +196,12 @@ class TrustRegionUpdater:
         old_params = flat_params(self.params)  # [P]
         loss = _loss_value(loss_fn)
         gradient = -flat_grad(loss, self.params)  # [P], ascent direction of the surrogate
+        average = None if self.collective is None else self.collective.average_
+        if average is not None:
+            average(gradient)
+            (loss,) = self._average(loss)
         fisher_kl = kl_fn if fisher_kl_fn is None else fisher_kl_fn
-        fvp = fisher_vector_product(lambda: _mean(fisher_kl), self.params, cfg.damping)
+        fvp = fisher_vector_product(lambda: _mean(fisher_kl), self.params, cfg.damping, average)
         direction, cg_done = conjugate_gradient(fvp, gradient, cfg.cg_iterations, cfg.cg_residual_tol)
         full_step = scale_to_kl_bound(direction, fvp(direction), cfg.max_kl)  # [P]
         expected = gradient.dot(full_step).item()
@@ -221,8 +238,7 @@ class TrustRegionUpdater:
         kl_full_step = float("nan")
         for i in range(cfg.line_search_steps):
             set_flat_params(self.params, old_params + cfg.backtrack_ratio**i * full_step)
-            new_loss = _loss_value(loss_fn).item()
-            kl = _mean(kl_fn).item()
+            new_loss, kl = (value.item() for value in self._average(_loss_value(loss_fn), _mean(kl_fn)))
             kl_full_step = kl if i == 0 else kl_full_step
             if math.isfinite(new_loss) and math.isfinite(kl) and new_loss < old_loss and kl <= cfg.max_kl:
                 return _LineSearchResult(True, i, new_loss, kl, kl_full_step)

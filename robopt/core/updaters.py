@@ -54,6 +54,8 @@ class FirstOrderUpdater:
         self.exp_avg_sq = torch.zeros_like(self.flat.detach())  # [P] second moment
         self.step_count = 0
         self.max_grad_norm = max_grad_norm
+        # a data-parallel run's robopt.distributed.Collective: the gradient is averaged over ranks before the clip
+        self.collective = None
         device = first.device
         self.fused = device.type in FUSED_ADAM_DEVICES and hasattr(torch, "_fused_adam_")
         self._fused_step = torch.zeros((), device=device)  # the kernel reads t from a tensor (float32, like Adam's)
@@ -83,8 +85,11 @@ class FirstOrderUpdater:
         self.flat.data.addcdiv_(self.exp_avg, denom, value=-self.lr / (1.0 - beta1**self.step_count))
 
     def clip_and_step(self) -> torch.Tensor:
-        """Clip the accumulated gradient [P] to ``max_grad_norm`` and take the Adam step; returns the norm before."""
+        """Clip the accumulated gradient [P] (averaged over ranks in a data-parallel run) to ``max_grad_norm`` and
+        take the Adam step; returns the norm before."""
         grad = self.flat.grad
+        if self.collective is not None:  # one all_reduce of the flat buffer: every rank takes the same step
+            self.collective.average_(grad)
         grad_norm = torch.linalg.vector_norm(grad)
         if self.max_grad_norm is not None:
             # torch.nn.utils.clip_grad_norm_ semantics: scale by max_norm / (norm + 1e-6) when that is < 1
