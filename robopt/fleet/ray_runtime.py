@@ -35,13 +35,13 @@ from robopt.options import ConfigError
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # before ray is imported anywhere through this module
 
 
-def import_ray():
-    """The ray module, or a one-line ConfigError naming the extra to install."""
+def import_ray(needed_by: str = "fleet.num_robots > 0"):
+    """The ray module, or a one-line ConfigError naming what needs it and the extra to install."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         import ray
     except ImportError:
-        raise ConfigError("fleet.num_robots > 0 needs Ray: pip install 'robopt[dist]'") from None
+        raise ConfigError(f"{needed_by} needs Ray: pip install 'robopt[dist]'") from None
     return ray
 
 
@@ -75,7 +75,7 @@ def start(fleet: FleetConfig, needed_cpus: float = 0.0) -> bool:
         return True
     num_cpus = fleet.num_cpus or os.cpu_count() or 1
     check_cpus(needed_cpus, float(num_cpus), "the local Ray (fleet.num_cpus)")
-    _private_token()
+    private_token()
     import_ray().init(
         num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
         _temp_dir=temp_dir(),
@@ -83,7 +83,7 @@ def start(fleet: FleetConfig, needed_cpus: float = 0.0) -> bool:
     return True
 
 
-def _private_token() -> None:
+def private_token() -> None:
     """Token authentication with a random token in the environment, unless the user configured it (module doc)."""
     if any(name in os.environ for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
         return
@@ -106,28 +106,29 @@ def check_cpus(needed: float, available: float, where: str) -> None:
         )
 
 
-def _host_port(address: str) -> tuple[str, int] | None:
+def _host_port(address: str, label: str = "fleet.address") -> tuple[str, int] | None:
     """(host, port) of 'ray://host:port' or 'host:port'; None for 'auto'. Bad ports: ConfigError."""
     if address == "auto":
         return None
     rest = address.removeprefix("ray://")
     host, _, port = rest.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"fleet.address={address!r}: expected 'auto', 'ray://host:port' or 'host:port'")
+        raise ConfigError(f"{label}={address!r}: expected 'auto', 'ray://host:port' or 'host:port'")
     return host.strip("[]"), int(port)
 
 
-def connect(address: str, timeout_s: float) -> None:
-    """Join an existing Ray cluster within ``timeout_s`` seconds, or raise a one-line ConfigError."""
-    ray = import_ray()
+def connect(address: str, timeout_s: float, label: str = "fleet.address") -> None:
+    """Join an existing Ray cluster within ``timeout_s`` seconds, or raise a one-line ConfigError naming ``label``
+    (the option that gave the address)."""
+    ray = import_ray(label)
     deadline = time.monotonic() + timeout_s
-    target = _host_port(address)
+    target = _host_port(address, label)
     if target is not None:
         try:
             socket.create_connection(target, timeout=timeout_s).close()
         except OSError as error:
             reason = error.strerror or type(error).__name__
-            raise ConfigError(f"fleet.address={address!r} is unreachable ({reason}); is the Ray cluster up?") from None
+            raise ConfigError(f"{label}={address!r} is unreachable ({reason}); is the Ray cluster up?") from None
     outcome: dict = {}
 
     def run() -> None:
@@ -141,12 +142,11 @@ def connect(address: str, timeout_s: float) -> None:
     thread.start()
     thread.join(max(0.0, deadline - time.monotonic()))
     if thread.is_alive():
-        raise ConfigError(f"fleet.address={address!r}: no Ray cluster answered within {timeout_s:g} s "
-                          "(fleet.connect_timeout_s)")  # fmt: skip
+        raise ConfigError(f"{label}={address!r}: no Ray cluster answered within {timeout_s:g} s")
     if "error" in outcome:
         error = outcome["error"]
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise ConfigError(f"fleet.address={address!r}: cannot join the Ray cluster: {first}")
+        raise ConfigError(f"{label}={address!r}: cannot join the Ray cluster: {first}")
 
 
 def shutdown(started: bool) -> None:

@@ -1,0 +1,157 @@
+"""``robopt tune``: Optuna picks the points of a sweep (TPE sampler, median pruner), one point at a time.
+
+Each Optuna trial is a point of the sweep run on ``--seeds-per-trial`` seeds at once (Ray tasks); its objective is
+the mean over those seeds of ``final`` (the deterministic evaluation at the end of each run) or ``auc`` (the mean
+training return over the run). While the runs train, the mean of their latest training returns at the step all
+have reached is reported to the pruner every poll; a pruned point's runs are stopped and recorded ``pruned``. The
+study is a SQLite file in the sweep directory (``study.db``): ``--resume SWEEP_DIR`` continues it, never redoing a
+finished or pruned trial; a trial the killed driver left running is marked failed and its point asked again first
+(its runs continue from their checkpoints).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import yaml
+
+from robopt.options import ConfigError
+from robopt.sweeps.report import area_under_curve, read_curve
+from robopt.sweeps.spec import Dimension
+from robopt.sweeps.sweep import Sweep, Trial, TrialRunner, describe
+
+METRICS = ("final", "auc")
+POLL_S = 2.0  # seconds between looks at the running seeds (and between chances to see a Ctrl-C)
+
+
+def _optuna():
+    try:
+        import optuna
+    except ImportError:
+        raise ConfigError("robopt tune needs Optuna: pip install 'robopt[sweep]'") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def check_space(config_path, overrides: list[str], dimensions: list[Dimension]) -> None:
+    """Every key of the space must be a config key that accepts its bounds (or each choice): one line otherwise."""
+    from robopt.experiment import load_config
+
+    for dimension in dimensions:
+        values = dimension.choices if dimension.kind == "categorical" else (dimension.low, dimension.high)
+        for value in values:
+            if dimension.kind in ("int", "int_log"):
+                value = int(value)
+            try:
+                load_config(config_path, [*overrides, f"{dimension.key}={yaml.safe_dump(value).strip()}"])
+            except ConfigError as error:
+                raise ConfigError(f"--space: {dimension.key}={value}: {error}") from None
+
+
+def _point(params: dict) -> dict[str, str]:
+    """Optuna's params as override texts (YAML flow style: lists and strings survive the round trip)."""
+    return {key: yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...") for key, value in
+            params.items()}  # fmt: skip
+
+
+def _intermediate(sweep: Sweep, trials: list[Trial]) -> tuple[int, float] | None:
+    """(step, mean over seeds of the training return at the last step every seed has logged)."""
+    curves = []
+    for trial in trials:
+        run_dir = sweep.run_dir(trial)
+        if run_dir is None:
+            return None
+        steps, returns = read_curve(run_dir)
+        if steps.size == 0:
+            return None
+        curves.append((steps, returns))
+    step = min(steps[-1] for steps, _ in curves)
+    return int(step), float(np.mean([np.interp(step, steps, returns) for steps, returns in curves]))
+
+
+def objective_value(sweep: Sweep, trial: Trial, status: dict, metric: str) -> float:
+    if metric == "final":
+        return float(status.get("eval_return", float("nan")))
+    run_dir = sweep.run_dir(trial)
+    return area_under_curve(*read_curve(run_dir)) if run_dir is not None else float("nan")
+
+
+def run_tune(sweep: Sweep, dimensions: list[Dimension], total_trials: int, metric: str, address: str = "",
+             echo=print) -> None:  # fmt: skip
+    """Run Optuna trials until ``total_trials`` are complete or pruned (module doc)."""
+    optuna = _optuna()
+    storage = f"sqlite:///{sweep.path / 'study.db'}"
+    study = optuna.create_study(
+        study_name="robopt", storage=storage, direction="maximize", load_if_exists=True,
+        sampler=optuna.samplers.TPESampler(seed=0), pruner=optuna.pruners.MedianPruner(n_startup_trials=3),
+    )  # fmt: skip
+    states = optuna.trial.TrialState
+    for stale in study.get_trials(deepcopy=False, states=(states.RUNNING,)):  # left by a killed driver
+        study.tell(stale.number, state=states.FAIL)
+        study.enqueue_trial(stale.params)
+    runner = TrialRunner(sweep, int(sweep.spec["cpus_per_trial"]), address)
+    try:
+        while True:
+            ended = study.get_trials(deepcopy=False, states=(states.COMPLETE, states.PRUNED))
+            if len(ended) >= total_trials:
+                break
+            _one_trial(study, sweep, runner, dimensions, metric, echo)
+    except KeyboardInterrupt:
+        runner.cancel()
+        raise
+    finally:
+        runner.close()
+    best = study.best_trial if any(t.state == states.COMPLETE for t in study.get_trials(deepcopy=False)) else None
+    if best is not None:
+        echo(f"best: trial {best.number} {metric} {best.value:.1f} with {best.params}")
+
+
+def _one_trial(study, sweep: Sweep, runner: TrialRunner, dimensions, metric: str, echo) -> None:
+    optuna = _optuna()
+    states = optuna.trial.TrialState
+    trial = study.ask()
+    params = {dimension.key: dimension.suggest(trial) for dimension in dimensions}
+    point = _point(params)
+    index = next((i for i, p in enumerate(sweep.points) if p == point), None)
+    if index is None:
+        index = sweep.add_point(point)
+    trial.set_user_attr("point", index)
+    seeds = [Trial(index, seed) for seed in sweep.seeds]
+    statuses = {seed.id: sweep.status(seed) for seed in seeds}
+    for seed in seeds:
+        if statuses[seed.id] is None:
+            runner.submit(seed)
+    reported, pruned = -1, False
+    while runner.running:
+        for seed, status in runner.wait(timeout=POLL_S):
+            statuses[seed.id] = status
+            echo(describe(seed, status, sweep))
+        progress = _intermediate(sweep, seeds)
+        if progress is not None and progress[0] > reported and runner.running:
+            reported = progress[0]
+            trial.report(progress[1], reported)
+            if trial.should_prune():
+                pruned = True
+                running = [seed for seed in seeds if statuses[seed.id] is None]
+                runner.cancel(running)
+                for seed in running:
+                    why = f"pruned by the median rule at {reported} env steps"
+                    statuses[seed.id] = runner.record(seed, -1, why, 0.0, status="pruned")
+    outcomes = [statuses[seed.id]["status"] for seed in seeds]
+    if pruned or "pruned" in outcomes:
+        study.tell(trial, state=states.PRUNED)
+        echo(f"optuna trial {trial.number} pruned: {params}")
+        return
+    if "failed" in outcomes:
+        study.tell(trial, state=states.FAIL)
+        echo(f"optuna trial {trial.number} failed: {params}")
+        return
+    values = [objective_value(sweep, seed, statuses[seed.id], metric) for seed in seeds]
+    value = float(np.mean(values))
+    if not math.isfinite(value):
+        study.tell(trial, state=states.FAIL)
+        echo(f"optuna trial {trial.number} failed: no {metric} value ({params})")
+        return
+    study.tell(trial, value)
+    echo(f"optuna trial {trial.number} {metric} {value:.1f} over {len(values)} seeds: {params}")

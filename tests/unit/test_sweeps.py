@@ -1,0 +1,140 @@
+"""Sweeps without Ray: seed, grid and space parsing, the report's statistics, a report over a made-up sweep."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robopt.options import ConfigError
+from robopt.sweeps.report import area_under_curve, iqm, probability_of_improvement, report
+from robopt.sweeps.spec import Dimension, load_space, parse_grid, parse_seeds
+from robopt.sweeps.sweep import Sweep, Trial
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_seeds_ranges_and_lists():
+    assert parse_seeds("0-4") == [0, 1, 2, 3, 4]
+    assert parse_seeds("0,2,5") == [0, 2, 5]
+    assert parse_seeds("0-2,7") == [0, 1, 2, 7]
+    assert parse_seeds("3") == [3]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a-b", "expected seeds like 0-4"),
+        ("4-1", "the range 4-1 is empty"),
+        ("1,1", "a seed is listed twice"),
+        ("", "expected seeds like 0-4"),
+    ],  # fmt: skip
+)
+def test_bad_seeds_are_one_line(text, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_seeds(text)
+
+
+def test_grid_is_the_product_of_its_axes_and_keeps_bracketed_values_whole():
+    points = parse_grid(["algo.learning_rate=1e-4,3e-4", "policy.hidden=[64,64],[256,256]"])
+    assert points == [
+        {"algo.learning_rate": "1e-4", "policy.hidden": "[64,64]"},
+        {"algo.learning_rate": "1e-4", "policy.hidden": "[256,256]"},
+        {"algo.learning_rate": "3e-4", "policy.hidden": "[64,64]"},
+        {"algo.learning_rate": "3e-4", "policy.hidden": "[256,256]"},
+    ]
+    assert parse_grid([]) == [{}]  # no axis: the config as written
+
+
+@pytest.mark.parametrize(
+    ("axes", "message"),
+    [
+        (["algo.learning_rate"], "expected key=value1,value2"),
+        (["a=1", "a=2"], "a is already an axis"),
+        (["a=1,,2"], "an empty value"),
+    ],  # fmt: skip
+)
+def test_bad_grid_axes_are_one_line(axes, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_grid(axes)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("algo.learning_rate: {loguniform: [1e-5, 1e-3]}", "unknown distribution 'loguniform'; allowed: log_uniform"),
+        ("algo.learning_rate: {log_uniform: [0, 1e-3]}", "log_uniform needs low > 0"),
+        ("algo.learning_rate: {uniform: [0.3, 0.1]}", "uniform needs low < high"),
+        ("algo.epochs: {int: [1.5, 4]}", "int needs integer bounds"),
+        ("algo.epochs: {categorical: [3]}", "categorical needs a list of at least 2 choices"),
+        ("algo.epochs: 3", "expected one distribution"),
+        ("- a", "expected a mapping of config keys"),
+    ],
+)
+def test_bad_space_files_are_one_line(tmp_path, text, message):
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_space(path)
+
+
+def test_space_file_dimensions():
+    path = Path(ROOT / "configs" / "spaces" / "ppo_halfcheetah_fast.yaml")
+    dimensions = {d.key: d for d in load_space(path)}
+    assert dimensions["algo.learning_rate"] == Dimension("algo.learning_rate", "log_uniform", 1e-4, 1e-3)
+    assert dimensions["algo.epochs"].kind == "int"
+
+
+def test_statistics_hand_worked():
+    # IQM of 8 values: the middle 4 (2, 3, 4, 5) -> 3.5, whatever the extremes
+    assert iqm(np.array([-100.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 900.0])) == pytest.approx(3.5)
+    # pairs of [1, 2] and [0, 3]: 1 > 0, 1 < 3, 2 > 0, 2 < 3 -> 0.5; ties count half: [1] vs [1] -> 0.5
+    assert probability_of_improvement(np.array([1.0, 2.0]), np.array([0.0, 3.0]))[0] == 0.5
+    assert probability_of_improvement(np.array([1.0]), np.array([1.0]))[0] == 0.5
+    value, low, high = probability_of_improvement(np.arange(10.0) + 20, np.arange(10.0))
+    assert value == 1.0 and low == high == 1.0  # every resample of a clean win is a win
+    # a return of 0 until step 100, then 100 until 200 (linear in between): area 50 per step over [0, 200]
+    assert area_under_curve(np.array([0.0, 100.0, 200.0]), np.array([0.0, 0.0, 100.0])) == pytest.approx(25.0)
+
+
+def _fake_sweep(tmp_path: Path) -> Sweep:
+    config = tmp_path / "tiny.yaml"
+    config.write_text("name: tiny\n")
+    sweep = Sweep.create(tmp_path / "sweeps", config, [], [{"algo.epochs": "5"}, {"algo.epochs": "10"}], [0, 1, 2], 1)
+    rng = np.random.default_rng(0)
+    for point, base in ((0, 1000.0), (1, 2000.0)):
+        for seed in (0, 1, 2):
+            trial = Trial(point, seed)
+            run_dir = sweep.run_root(trial) / "tiny" / "stamp"
+            run_dir.mkdir(parents=True)
+            final = base + 10.0 * seed
+            rows = ["env_steps,episode_return"] + [f"{step},{base * step / 1000 + rng.normal()}" for step in
+                                                    range(0, 1001, 100)]  # fmt: skip
+            (run_dir / "progress.csv").write_text("\n".join(rows) + "\n")
+            (run_dir / "eval.json").write_text(json.dumps({"mean_return": final}))
+            status = "failed" if (point, seed) == (1, 2) else "finished"
+            sweep.write_status(trial, {"status": status, "point": point, "seed": seed, "run_dir": str(run_dir),
+                                       "eval_return": final, "seconds": 1.0, "error": ""})  # fmt: skip
+    return sweep
+
+
+def test_report_over_a_sweep_tables_intervals_and_files(tmp_path):
+    sweep = _fake_sweep(tmp_path)
+    text = report(sweep.path)
+    assert "algo.epochs=5" in text and "(1 failed)" in text  # the failed seed is counted, not averaged
+    data = json.loads((sweep.path / "report.json").read_text())
+    first, second = data["configs"]
+    assert first["final"] == [1000.0, 1010.0, 1020.0] and second["final"] == [2000.0, 2010.0]
+    assert first["final_stats"]["median"] == 1010.0
+    assert first["final_stats"]["iqm_low"] <= first["final_stats"]["iqm"] <= first["final_stats"]["iqm_high"]
+    assert first["auc_stats"]["mean"] == pytest.approx(500.0, abs=1.0)  # the mean of a 0 -> 1000 ramp
+    (comparison,) = data["comparisons"]
+    assert comparison["p"] == 0.0  # 5 epochs never beats 10 here
+    assert (sweep.path / "report.png").stat().st_size > 1000
+
+
+def test_report_of_a_directory_that_is_not_a_sweep(tmp_path):
+    with pytest.raises(ConfigError, match="is not a sweep directory"):
+        report(tmp_path)
