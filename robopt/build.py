@@ -200,10 +200,10 @@ def build_loop(config: ExperimentConfig, initialize: bool = False, collective: C
         raise ConfigError(f"no loop is registered for runs of kind {kind!r} (import robopt.experiment first)")
     if collective.world_size == 1:
         return LOOP_KINDS[kind](config, initialize)
-    if kind != "on_policy":
+    if kind not in ("on_policy", "off_policy"):
         raise ConfigError(
-            f"data-parallel training (torchrun, --nproc) supports the on-policy algorithms; algo.name="
-            f"{algorithm_name(config)} runs as {kind} in one process"
+            f"data-parallel training (torchrun, --nproc) supports the on-policy and off-policy algorithms; "
+            f"algo.name={algorithm_name(config)} runs as {kind} in one process"
         )
     return build_algorithm_loop(rank_config(config, collective), initialize, collective)
 
@@ -242,7 +242,12 @@ def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, col
                     f"critic.privileged=true is for the value critic of the on-policy algorithms ({on_policy}), "
                     f"not algo.name={algo_name}"
                 )
-            return spec.build(config.algo, env, policy, seed=config.seed, env_id=config.env.id)
+            rank_seed = config.seed + RANK_SEED_STRIDE * collective.rank
+            loop = spec.build(config.algo, env, policy, seed=rank_seed, env_id=config.env.id)
+            if collective.world_size > 1:
+                loop.use_collective(collective)  # refuses what cannot run on several ranks (pretraining)
+                seed_everything(rank_seed)
+            return loop
         critic = build_critic(config, env)
         algorithm = spec.build(config.algo, policy, critic)
         frozen_statistics = bool(config.init_from) and config.init_normalizer == "frozen"

@@ -76,7 +76,7 @@ def _checkpoint_state(loop, config: ExperimentConfig, wall_time: float, collecti
     state = loop.state_dict()
     if collective.world_size == 1:
         return {"loop": state, "rng": rng_state(), "config": config_to_dict(config), "wall_time": wall_time}
-    own = {key: state.get(key) for key in RANK_KEYS} | {"rng": rng_state()}
+    own = {key: state.get(key) for key in getattr(loop, "RANK_KEYS", RANK_KEYS)} | {"rng": rng_state()}
     ranks = collective.gather_objects(own)
     if not collective.is_writer:
         return None
@@ -96,7 +96,7 @@ def _load_checkpoint_state(loop, checkpoint: dict, collective: Collective, run_d
     rng = checkpoint["rng"]
     if world > 1:
         own = checkpoint["ranks"][collective.rank]
-        state.update({key: own[key] for key in RANK_KEYS if own.get(key) is not None})
+        state.update({key: own[key] for key in getattr(loop, "RANK_KEYS", RANK_KEYS) if own.get(key) is not None})
         rng = own["rng"]
     loop.load_state_dict(state)
     set_rng_state(rng)

@@ -21,6 +21,7 @@ import torch
 
 from robopt.buffers.replay import ReplayBuffer
 from robopt.core.errors import NonFiniteError
+from robopt.distributed.collective import LOCAL, Collective
 from robopt.options import ConfigError, option
 
 
@@ -66,6 +67,7 @@ class OffPolicyLoop:
 
     def __init__(self, env, policy, algorithm, replay: ReplayBuffer, schedule: OffPolicySchedule, seed: int = 0):
         self.env, self.policy, self.algorithm, self.replay, self.schedule = env, policy, algorithm, replay, schedule
+        self.collective = LOCAL  # data-parallel: this rank's envs and replay are one share of the run's
         self.obs = env.reset(seed=seed)  # [N, D]
         self.generator = torch.Generator(device=env.device).manual_seed(seed)
         self.iteration_count, self.env_steps = 0, 0
@@ -79,9 +81,25 @@ class OffPolicyLoop:
                 f"{schedule.buffer_size}; raise algo.loop.buffer_size or lower train_freq or num_envs"
             )
 
+    RANK_KEYS = ("obs", "env", "replay", "generator")
+    """State that differs between the ranks of a data-parallel run (each rank's envs, replay and sampling stream)."""
+
+    def use_collective(self, collective: Collective) -> None:
+        """Data-parallel training: each rank acts in its own envs and samples its own replay (``batch_size / K`` rows
+        per update); the algorithm averages every gradient over ranks; env steps, observation statistics, the stop
+        on non-finite values and the logged metrics are global. Rank 0's weights are broadcast to all."""
+        if not hasattr(self.algorithm, "use_collective"):
+            raise ConfigError(f"{type(self.algorithm).__name__} runs in one process; launch without torchrun/--nproc")
+        self.algorithm.use_collective(collective)
+        self.collective = collective
+        modules = [self.policy, *(v for v in vars(self.algorithm).values() if isinstance(v, torch.nn.Module))]
+        for module in modules:
+            collective.broadcast_module_(module)
+
     @property
     def steps_per_phase(self) -> int:
-        return self.schedule.train_freq * self.env.num_envs
+        """Env steps per phase, summed over envs (and over ranks in a data-parallel run)."""
+        return self.schedule.train_freq * self.env.num_envs * self.collective.world_size
 
     @property
     def phases_per_iteration(self) -> int:
@@ -123,9 +141,13 @@ class OffPolicyLoop:
             if "is_success" in info:  # goal tasks: success of the episode that ended (its last observation)
                 successes.append(info["is_success"] & (terminated | truncated))
             self.obs = next_obs
-            self.env_steps += env.num_envs
+            self.env_steps += env.num_envs * self.collective.world_size
         if self.normalizer is not None:  # the phase's observations, before its updates sample them
-            self.normalizer.update(torch.cat(seen))  # [train_freq x N, D]; a non-finite one stops the iteration
+            seen = torch.cat(seen)  # [train_freq x N, D]; a non-finite one stops the iteration
+            if self.collective.world_size == 1:
+                self.normalizer.update(seen)
+            else:  # every rank's observations
+                self.normalizer.merge(*self.collective.moments(seen.reshape(-1, self.normalizer.dim)))
         success = torch.stack(successes) if successes else None
         return torch.stack(returns), torch.stack(lengths), finite, success
 
@@ -141,23 +163,40 @@ class OffPolicyLoop:
             updates += self._update_phase(progress, sums)
         self.iteration_count += 1
         # checked once per iteration, as on-policy: a failing iteration is never checkpointed
-        if not bool(torch.stack(finite).all()):
+        if self.collective.any(not bool(torch.stack(finite).all())):  # any rank's: all stop together
             raise NonFiniteError(
                 f"iteration {self.iteration_count}: non-finite observation or reward from env {self.env.env_id}"
             )
-        values = {key: float(value) / updates for key, value in sums.items()}
+        values = {key: float(value) / updates for key, value in self.collective.mean_dict(sums).items()}
         for name, value in values.items():
             if not math.isfinite(value):
                 raise NonFiniteError(f"iteration {self.iteration_count}: non-finite {name} ({value})")
         episode_length = torch.cat(lengths)  # [S, N] over the iteration's steps
         ended = episode_length > 0
         episode_return, episode_length = torch.cat(returns)[ended], episode_length[ended]
+        if self.collective.world_size > 1:
+            success = torch.cat(successes)[ended].float() if successes else None
+            return self._global_episode_values(values, episode_return, episode_length, success)
         if episode_return.numel() > 0:
             values["episode_return"] = float(episode_return.mean())
             values["episode_length"] = float(episode_length.float().mean())
             if successes:
                 values["success_rate"] = float(torch.cat(successes)[ended].float().mean())
         values["episodes"] = float(episode_return.numel())
+        return values
+
+    def _global_episode_values(self, values: dict, episode_return, episode_length, success) -> dict[str, float]:
+        """Episode statistics over the episodes that ended on any rank."""
+        local = [float(episode_return.sum()), float(episode_length.float().sum()), float(episode_return.numel()),
+                 float(success.sum()) if success is not None else 0.0]  # fmt: skip
+        totals = self.collective.sum_(torch.tensor(local, dtype=torch.float64, device=self.collective.device))
+        count = float(totals[2])
+        if count > 0:
+            values["episode_return"] = float(totals[0]) / count
+            values["episode_length"] = float(totals[1]) / count
+            if success is not None:
+                values["success_rate"] = float(totals[3]) / count
+        values["episodes"] = count
         return values
 
     def _update_phase(self, progress: float, sums: dict[str, torch.Tensor]) -> int:
@@ -281,9 +320,18 @@ def q_critics(policy, env, hidden, activation: str, num_critics: int):
     return critic, target
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, collective=None) -> None:
+    """Backward and step; with a data-parallel ``collective`` the gradients are averaged over ranks first (one
+    all_reduce of their concatenation)."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    if collective is not None:
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        flat = collective.average_(torch.cat([grad.reshape(-1) for grad in grads]))
+        offset = 0
+        for grad in grads:
+            grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
     optimizer.step()
 
 

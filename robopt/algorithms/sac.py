@@ -68,6 +68,16 @@ class SAC:
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.learning_rate, fused=True)
         self.target_entropy = config.target_entropy or -float(action_dim)
         self.compiled = CompiledSACUpdate(self) if config.compile else None
+        self.collective = None  # a data-parallel run's: gradients averaged over ranks (use_collective)
+
+    def use_collective(self, collective) -> None:
+        """Data-parallel training: every optimizer step averages its gradients over ranks (one all_reduce each)."""
+        if self.compiled is not None:
+            raise ConfigError(
+                "algo.compile=true runs in one process; data-parallel training takes the eager update: set "
+                "algo.compile=false"
+            )
+        self.collective = collective
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, torch.Tensor]:
         if self.compiled is not None and self.compiled.active:
@@ -84,18 +94,18 @@ class SAC:
             )
         q = self.critic(batch["obs"], batch["action"])  # [C, B]
         critic_loss, td_error = q_regression_loss(q, target, batch["weights"], scale=0.5)
-        optimizer_step(self.critic_optimizer, critic_loss)
+        optimizer_step(self.critic_optimizer, critic_loss, self.collective)
 
         action, log_prob = policy.rsample(batch["obs"])
         with frozen(self.critic):
             actor_loss = sac_actor_loss(self.critic(batch["obs"], action), log_prob, alpha)
-            optimizer_step(self.actor_optimizer, actor_loss)
+            optimizer_step(self.actor_optimizer, actor_loss, self.collective)
 
         metrics = {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "alpha": alpha,
                    "entropy": -log_prob.detach().mean(), "q_mean": q.detach().mean(), "td_error": td_error}  # fmt: skip
         if self.auto_temperature:
             alpha_loss = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
-            optimizer_step(self.alpha_optimizer, alpha_loss)
+            optimizer_step(self.alpha_optimizer, alpha_loss, self.collective)
             metrics["alpha_loss"] = alpha_loss.detach()
         polyak_update(self.target_critic.parameters(), self.critic.parameters(), config.tau)
         return metrics

@@ -85,6 +85,16 @@ class TD3:
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate, fused=True)
         self.updates = 0
         self.compiled = CompiledTD3Update(self) if config.compile else None
+        self.collective = None  # a data-parallel run's: gradients averaged over ranks (use_collective)
+
+    def use_collective(self, collective) -> None:
+        """Data-parallel training: every optimizer step averages its gradients over ranks (one all_reduce each)."""
+        if self.compiled is not None:
+            raise ConfigError(
+                "algo.compile=true runs in one process; data-parallel training takes the eager update: set "
+                "algo.compile=false"
+            )
+        self.collective = collective
 
     @torch.no_grad()
     def explore(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -112,14 +122,14 @@ class TD3:
             target = soft_q_target(batch["reward"], batch["discount"], batch["terminated"], next_q)
         q = self.critic(batch["obs"], batch["action"])  # [C, B]
         critic_loss, td_error = q_regression_loss(q, target, batch["weights"], scale=1.0)
-        optimizer_step(self.critic_optimizer, critic_loss)
+        optimizer_step(self.critic_optimizer, critic_loss, self.collective)
         self.updates += 1
         metrics = {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean(), "td_error": td_error}
         if self.updates % config.policy_delay == 0:
             with frozen(self.critic):
                 q_first = self.critic(batch["obs"], self.policy.mean_action(batch["obs"]))[0]
                 actor_loss = deterministic_actor_loss(q_first)
-                optimizer_step(self.actor_optimizer, actor_loss)
+                optimizer_step(self.actor_optimizer, actor_loss, self.collective)
             polyak_update(self.target_critic.parameters(), self.critic.parameters(), config.tau)
             target_actor = [p for name, p in self.target_policy.named_parameters() if name != "log_std"]
             polyak_update(target_actor, self.actor_params, config.tau)

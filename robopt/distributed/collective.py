@@ -205,7 +205,7 @@ def join_from_environment(device: str) -> Collective:
 
 def rank_config(config, collective: Collective):
     """This rank's share of ``config``: ``env.num_envs / K`` envs and ``algo.minibatch_size / K`` rows per step
-    (``critic_minibatch_size`` too).
+    (``critic_minibatch_size`` too; off-policy: ``algo.loop.batch_size / K`` and ``algo.loop.buffer_size / K``).
 
     ``config`` keeps the run's totals (what the user wrote, what the run directory records); a world size that does
     not divide them is one ConfigError line. CUDA devices become ``cuda:LOCAL_RANK``.
@@ -231,6 +231,18 @@ def rank_config(config, collective: Collective):
                 f"minibatch); use a multiple of {world}"
             )
         shares[key] = size // world
+    loop = getattr(algo, "loop", None)  # an off-policy schedule: each rank samples its own replay
+    if loop is not None:
+        loop_shares = {}
+        for key in ("batch_size", "buffer_size"):
+            size = getattr(loop, key)
+            if size % world != 0:
+                raise ConfigError(
+                    f"algo.loop.{key}={size} does not divide over {world} ranks (each rank holds and samples an "
+                    f"equal share); use a multiple of {world}"
+                )
+            loop_shares[key] = size // world
+        shares["loop"] = dataclasses.replace(loop, **loop_shares)
     if shares:
         sections["algo"] = dataclasses.replace(algo, **shares)
     changes["sections"] = sections

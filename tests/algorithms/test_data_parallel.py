@@ -20,6 +20,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from robopt.algorithms.offpolicy import optimizer_step
 from robopt.algorithms.ppo import PPO, PPOConfig
 from robopt.algorithms.trpo import TRPO, TRPOConfig
 from robopt.buffers.rollout import RolloutBatch
@@ -29,6 +30,7 @@ from robopt.config import ConfigError, ExperimentConfig, build_dataclass, config
 from robopt.core.normalization import RewardScaler, RunningNormalizer
 from robopt.distributed.collective import Collective, TorchCollective, rank_config
 from robopt.policies import GaussianPolicy, ValueCritic
+from robopt.policies.critics import QCritic
 from tests.algorithms.test_ppo_update import A, D, small_batch
 
 ROOT = Path(__file__).parents[2]
@@ -114,6 +116,34 @@ def test_a_trpo_step_on_two_ranks_equals_one_process_on_the_whole_batch(tmp_path
         torch.testing.assert_close(got["kl"], metrics["kl"], rtol=1e-5, atol=1e-8)
 
 
+def _critic_step(rows: slice, collective) -> torch.Tensor:
+    """One Adam step of a small Q critic on a fixed regression target over ``rows`` of a fixed batch of 64."""
+    torch.manual_seed(0)
+    critic = QCritic(D, A, (16, 16), "relu", 2, False)
+    generator = torch.Generator().manual_seed(3)
+    obs, action = torch.randn(64, D, generator=generator), torch.rand(64, A, generator=generator)
+    target = torch.randn(64, generator=generator)
+    optimizer = torch.optim.Adam(critic.parameters(), lr=1e-3)
+    for _ in range(3):
+        loss = (critic(obs[rows], action[rows]) - target[rows]).square().mean()
+        optimizer_step(optimizer, loss, collective)
+    return torch.cat([p.detach().reshape(-1) for p in critic.parameters()])
+
+
+def _off_policy_worker(rank: int, tmp_path: Path) -> None:
+    collective = _join(rank, tmp_path)
+    torch.save(_critic_step(slice(32 * rank, 32 * (rank + 1)), collective), tmp_path / f"{rank}.pt")
+    collective.close()
+
+
+def test_an_off_policy_optimizer_step_on_two_ranks_equals_one_process_on_the_whole_batch(tmp_path):
+    # SAC's and TD3's critic, actor and temperature steps all go through optimizer_step
+    _spawn(_off_policy_worker, tmp_path)
+    whole = _critic_step(slice(0, 64), None)
+    for rank in (0, 1):
+        torch.testing.assert_close(torch.load(tmp_path / f"{rank}.pt"), whole, rtol=0.0, atol=WEIGHT_ATOL)
+
+
 def _statistics_worker(rank: int, tmp_path: Path) -> None:
     collective = _join(rank, tmp_path)
     generator = torch.Generator().manual_seed(7)
@@ -191,14 +221,19 @@ def test_a_world_size_that_does_not_divide_is_refused(tmp_path, overrides, world
 @pytest.mark.parametrize(
     ("algo", "message"),
     [
-        ({"name": "sac"}, "supports the on-policy algorithms; algo.name=sac runs as off_policy"),
+        ({"name": "bc"}, "supports the on-policy and off-policy algorithms; algo.name=bc runs as pretrain"),
+        ({"name": "sac", "compile": True, "loop": {"batch_size": 32}}, "algo.compile=true runs in one process"),
+        ({"name": "sac", "loop": {"batch_size": 31}}, "algo.loop.batch_size=31 does not divide over 2 ranks"),
         ({"name": "ppo", "minibatch_advantage_norm": True}, "minibatch_advantage_norm=true normalizes each rank"),
         ({"name": "ppo", "compile": True}, "algo.compile=true runs in one process"),
     ],
 )
 def test_what_several_ranks_do_not_support_is_refused_before_any_collective(tmp_path, algo, message):
     config = _config(tmp_path)
-    config = build_dataclass(ExperimentConfig, {**config_to_dict(config), "algo": algo})
+    data = {**config_to_dict(config), "algo": algo}
+    if algo["name"] == "sac":  # a squashed Gaussian
+        data["policy"] = {**data["policy"], "squash": True}
+    config = build_dataclass(ExperimentConfig, data)
     with pytest.raises(ConfigError, match=message):
         build_loop(config, initialize=True, collective=_Ranks(2))
 
@@ -326,3 +361,24 @@ def test_bad_launch_options_are_one_line(args, env, message):
     result = _robopt("train", *SMALL, *args, env=env, timeout=60)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+SAC_SMALL = ["configs/sac_pendulum.yaml", "env.num_envs=2", "policy.hidden=[16]", "algo.critic_hidden=[16]",
+             "algo.loop.batch_size=32", "algo.loop.learning_starts=200", "algo.loop.iteration_steps=200",
+             "log.eval_episodes=0", "log.checkpoint_every=1", "--no-progress", "--nproc", "2"]  # fmt: skip
+
+
+def test_two_rank_sac_resumes_like_an_uninterrupted_run(tmp_path):
+    # each rank's replay, envs and sampling stream travel in the checkpoint; the updates average every gradient
+    for name, steps in (("straight", 800), ("stopped", 400)):
+        result = _robopt("train", *SAC_SMALL, f"log.run_root={tmp_path / name}", f"total_steps={steps}")
+        assert result.returncode == 0, result.stderr
+    (stopped,) = (tmp_path / "stopped").glob("sac_pendulum/*")
+    resumed = _robopt("train", "--resume", str(stopped), "total_steps=800", "--no-progress", "--nproc", "2")
+    assert resumed.returncode == 0, resumed.stderr
+    (straight,) = (tmp_path / "straight").glob("sac_pendulum/*")
+    a, b = (load_checkpoint(run / LAST_CHECKPOINT) for run in (straight, stopped))
+    assert a["world_size"] == 2 and a["loop"]["env_steps"] == 800 and a["ranks"][1]["replay"] is not None
+    for key, value in a["loop"]["policy"].items():
+        assert torch.equal(value, b["loop"]["policy"][key]), key
+    assert not torch.equal(a["ranks"][0]["obs"], a["ranks"][1]["obs"])
