@@ -37,6 +37,11 @@ class Trial:
         return f"p{self.point:02d}-s{self.seed}"
 
 
+def status_of(exit_code: int) -> str:
+    """A trial's status from its run's exit code: 0 finished, 3 (a non-finite value stopped it) pruned, else failed."""
+    return "finished" if exit_code == 0 else "pruned" if exit_code == NON_FINITE_EXIT else "failed"
+
+
 def write_json(path: Path, data: dict) -> None:
     """Write ``data`` atomically (temporary file, then rename): a kill never leaves half a file."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -186,7 +191,7 @@ class TrialRunner:
 
     def record(self, trial: Trial, code: int, error: str, seconds: float, status: str | None = None) -> dict:
         """Write ``trial``'s status file: ``status``, or the one its exit code says."""
-        status = status or ("finished" if code == 0 else "pruned" if code == NON_FINITE_EXIT else "failed")
+        status = status or status_of(code)
         run_dir = self.sweep.run_dir(trial)
         result = {"status": status, "point": trial.point, "seed": trial.seed, "exit_code": code, "seconds": seconds,
                   "run_dir": str(run_dir) if run_dir else None, "error": error if code != 0 else ""}  # fmt: skip

@@ -43,9 +43,9 @@ def _sweep_dir(root: Path) -> Path:
     return path
 
 
-def test_a_sweep_runs_every_point_and_seed_and_records_a_crash_without_stopping(tmp_path, ray_env):
+def test_a_sweep_runs_every_point_and_seed_and_records_crashes_and_nan_runs_without_stopping(tmp_path, ray_env):
     root = tmp_path / "sweeps"
-    result = _robopt("sweep", *TINY, "--seeds", "0-1", "--grid", "env.kwargs={},{no_such_option: 1}",
+    result = _robopt("sweep", *TINY, "--seeds", "0-1", "--grid", "env.kwargs={},{no_such_option: 1},{g: .nan}",
                      "--root", str(root), env=ray_env)  # fmt: skip
     assert result.returncode == 0, result.stderr
     sweep = Sweep(_sweep_dir(root))
@@ -55,11 +55,14 @@ def test_a_sweep_runs_every_point_and_seed_and_records_a_crash_without_stopping(
         failed = statuses[f"p01-s{seed}"]
         assert failed["status"] == "failed" and failed["exit_code"] == 2
         assert failed["error"].startswith("robopt: error: env.id='Pendulum-v1'") and "no_such_option" in failed["error"]
+    for seed in (0, 1):  # gravity NaN: the run stops on a non-finite observation (exit 3), pruned
+        assert statuses[f"p02-s{seed}"]["status"] == "pruned" and "non-finite observation" in statuses[
+            f"p02-s{seed}"]["error"]  # fmt: skip
     first = Path(statuses["p00-s0"]["run_dir"])
     assert (first / "eval.json").is_file() and first.parent.parent == sweep.run_root(Trial(0, 0))
     assert statuses["p00-s0"]["eval_return"] != statuses["p00-s1"]["eval_return"]  # two seeds, two runs
     text = _robopt("report", str(sweep.path), env=ray_env)
-    assert text.returncode == 0 and "(2 failed)" in text.stdout, text.stderr
+    assert text.returncode == 0 and "(2 failed)" in text.stdout and "(2 pruned)" in text.stdout, text.stderr
 
 
 def test_bad_grid_values_and_addresses_are_refused_before_any_trial(tmp_path, ray_env):

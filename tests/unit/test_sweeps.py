@@ -11,7 +11,7 @@ import pytest
 from robopt.options import ConfigError
 from robopt.sweeps.report import area_under_curve, iqm, probability_of_improvement, report
 from robopt.sweeps.spec import Dimension, load_space, parse_grid, parse_seeds
-from robopt.sweeps.sweep import Sweep, Trial
+from robopt.sweeps.sweep import Sweep, Trial, status_of
 
 ROOT = Path(__file__).parents[2]
 
@@ -138,3 +138,8 @@ def test_report_over_a_sweep_tables_intervals_and_files(tmp_path):
 def test_report_of_a_directory_that_is_not_a_sweep(tmp_path):
     with pytest.raises(ConfigError, match="is not a sweep directory"):
         report(tmp_path)
+
+
+def test_trial_status_from_the_run_exit_code():
+    # 3: robopt train stopped by a non-finite value (pruned); any other non-zero exit: failed
+    assert (status_of(0), status_of(3), status_of(2), status_of(-9)) == ("finished", "pruned", "failed", "failed")
