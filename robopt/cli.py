@@ -225,6 +225,13 @@ def _validate_points(config: Path, overrides: list[str], points: list[dict]) -> 
             raise ConfigError(f"grid point {point_label(point)}: {error}") from None
 
 
+def _stopped(command: str, target) -> None:
+    """Ctrl-C during ``robopt sweep`` or ``tune``: what was kept and how to go on (exit 130)."""
+    if target is None:
+        _fail(f"{command} stopped before its sweep directory was made; nothing was run", 130)
+    _fail(f"{command} stopped; finished trials are kept; resume with: robopt {command} --resume {target.path}", 130)
+
+
 @app.command()
 def sweep(
     config: Path | None = typer.Argument(None, help="YAML experiment file, e.g. configs/ppo_halfcheetah_fast.yaml"),
@@ -240,6 +247,7 @@ def sweep(
     from robopt.sweeps.spec import parse_grid, parse_seeds
     from robopt.sweeps.sweep import Sweep, run_sweep
 
+    target = None
     try:
         if resume is not None:
             if config is not None or grid:
@@ -258,7 +266,7 @@ def sweep(
     except ConfigError as error:
         _fail(str(error))
     except KeyboardInterrupt:
-        _fail(f"sweep stopped; finished trials are kept; resume with: robopt sweep --resume {target.path}", 130)
+        _stopped("sweep", target)
     typer.echo(f"done; robopt report {target.path}")
 
 
@@ -280,6 +288,7 @@ def tune(
     from robopt.sweeps.sweep import Sweep
     from robopt.sweeps.tune import METRICS, check_space, run_tune
 
+    target = None
     try:
         if resume is not None and trials is None:
             trials = int(Sweep(resume).spec.get("trials", 20))
@@ -311,7 +320,7 @@ def tune(
     except ConfigError as error:
         _fail(str(error))
     except KeyboardInterrupt:
-        _fail(f"tuning stopped; finished trials are kept; resume with: robopt tune --resume {target.path}", 130)
+        _stopped("tune", target)
     typer.echo(f"done; robopt report {target.path}")
 
 

@@ -88,9 +88,15 @@ class OffPolicyLoop:
         """Data-parallel training: each rank acts in its own envs and samples its own replay (``batch_size / K`` rows
         per update); the algorithm averages every gradient over ranks; env steps, observation statistics, the stop
         on non-finite values and the logged metrics are global. Rank 0's weights are broadcast to all."""
-        if not hasattr(self.algorithm, "use_collective"):
-            raise ConfigError(f"{type(self.algorithm).__name__} runs in one process; launch without torchrun/--nproc")
-        self.algorithm.use_collective(collective)
+        algorithm = self.algorithm
+        if not hasattr(algorithm, "collective"):  # what optimizer_step reads in the algorithm's update
+            raise ConfigError(f"{type(algorithm).__name__} runs in one process; launch without torchrun/--nproc")
+        if getattr(algorithm, "compiled", None) is not None:
+            raise ConfigError(
+                "algo.compile=true runs in one process; data-parallel training takes the eager update: set "
+                "algo.compile=false"
+            )
+        algorithm.collective = collective  # every optimizer step averages its gradients over ranks
         self.collective = collective
         modules = [self.policy, *(v for v in vars(self.algorithm).values() if isinstance(v, torch.nn.Module))]
         for module in modules:

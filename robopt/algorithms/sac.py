@@ -68,16 +68,7 @@ class SAC:
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.learning_rate, fused=True)
         self.target_entropy = config.target_entropy or -float(action_dim)
         self.compiled = CompiledSACUpdate(self) if config.compile else None
-        self.collective = None  # a data-parallel run's: gradients averaged over ranks (use_collective)
-
-    def use_collective(self, collective) -> None:
-        """Data-parallel training: every optimizer step averages its gradients over ranks (one all_reduce each)."""
-        if self.compiled is not None:
-            raise ConfigError(
-                "algo.compile=true runs in one process; data-parallel training takes the eager update: set "
-                "algo.compile=false"
-            )
-        self.collective = collective
+        self.collective = None  # a data-parallel run's (set by OffPolicyLoop.use_collective): averaged gradients
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, torch.Tensor]:
         if self.compiled is not None and self.compiled.active:

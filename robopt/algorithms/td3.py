@@ -85,16 +85,7 @@ class TD3:
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate, fused=True)
         self.updates = 0
         self.compiled = CompiledTD3Update(self) if config.compile else None
-        self.collective = None  # a data-parallel run's: gradients averaged over ranks (use_collective)
-
-    def use_collective(self, collective) -> None:
-        """Data-parallel training: every optimizer step averages its gradients over ranks (one all_reduce each)."""
-        if self.compiled is not None:
-            raise ConfigError(
-                "algo.compile=true runs in one process; data-parallel training takes the eager update: set "
-                "algo.compile=false"
-            )
-        self.collective = collective
+        self.collective = None  # a data-parallel run's (set by OffPolicyLoop.use_collective): averaged gradients
 
     @torch.no_grad()
     def explore(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
