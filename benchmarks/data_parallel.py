@@ -71,6 +71,32 @@ def _train(rank: int, store: str, world: int, seed: int, args, out: str) -> None
     collective.close()
 
 
+def _allreduce(rank: int, store: str, numel: int, repeats: int, out: str) -> None:
+    """Seconds per all_reduce of ``numel`` float32 values between 2 gloo ranks (the gradient of one update step)."""
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    buffer = torch.randn(numel)
+    for _ in range(10):
+        torch.distributed.all_reduce(buffer)
+    torch.distributed.barrier()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        torch.distributed.all_reduce(buffer)
+    seconds = (time.perf_counter() - start) / repeats
+    if rank == 0:
+        torch.save(seconds, out)
+    torch.distributed.destroy_process_group()
+
+
+def allreduce_seconds(numel: int, repeats: int = 200) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "seconds.pt")
+        torch.multiprocessing.start_processes(
+            _allreduce, (str(Path(tmp) / "store"), numel, repeats, out), nprocs=2, start_method="spawn"
+        )
+        return torch.load(out)
+
+
 def run(world: int, seed: int, args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "result.pt")
@@ -94,6 +120,10 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=5)
     parser.add_argument("--contestants", nargs="+", default=["1proc", "2ranks"], choices=["1proc", "2ranks"])
     args = parser.parse_args()
+    numel = 142_605  # the fast config's actor + critic parameters: one gradient all_reduce per minibatch step
+    seconds = allreduce_seconds(numel)
+    print(f"gloo all_reduce of {numel} float32 ({4 * numel / 1e3:.0f} kB) between 2 ranks: {1e3 * seconds:.2f} ms "
+          f"(x 20 minibatch steps per iteration: {20e3 * seconds:.1f} ms)", flush=True)
     results: dict[str, list[dict]] = {name: [] for name in args.contestants}
     for seed in args.seeds:  # interleaved: one seed of each contestant after the other
         for name in args.contestants:
