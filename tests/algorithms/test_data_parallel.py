@@ -255,9 +255,11 @@ def _run_dir(root: Path) -> Path:
     return run_dir
 
 
-def test_two_rank_run_repeats_exactly_and_resumes_like_an_uninterrupted_run(tmp_path):
+def test_two_rank_run_stopped_and_resumed_equals_an_uninterrupted_run(tmp_path):
     runs = {}
-    for name, steps in (("first", 256), ("again", 256), ("resumed", 128)):
+    # the resumed run equal to the first proves both: two launches of one seed repeat exactly, and a resume
+    # restores every rank's part
+    for name, steps in (("first", 256), ("resumed", 128)):
         result = _robopt("train", *SMALL, f"log.run_root={tmp_path / name}", f"total_steps={steps}", "--nproc", "2")
         assert result.returncode == 0, result.stderr
         assert "x 2 on each of 2 ranks" in result.stdout and result.stdout.count("run directory:") == 1
@@ -271,7 +273,7 @@ def test_two_rank_run_repeats_exactly_and_resumes_like_an_uninterrupted_run(tmp_
     assert states["first"]["world_size"] == 2 and len(states["first"]["ranks"]) == 2
     assert states["first"]["loop"]["env_steps"] == 256  # 4 iterations of 16 steps x 2 envs x 2 ranks
     assert not torch.equal(states["first"]["ranks"][0]["obs"], states["first"]["ranks"][1]["obs"])  # own envs
-    for name in ("again", "resumed"):
+    for name in ("resumed",):
         for key, value in states["first"]["loop"]["policy"].items():
             assert torch.equal(value, states[name]["loop"]["policy"][key]), (name, key)
         for rank in (0, 1):
@@ -370,15 +372,15 @@ SAC_SMALL = ["configs/sac_pendulum.yaml", "env.num_envs=2", "policy.hidden=[16]"
 
 def test_two_rank_sac_resumes_like_an_uninterrupted_run(tmp_path):
     # each rank's replay, envs and sampling stream travel in the checkpoint; the updates average every gradient
-    for name, steps in (("straight", 800), ("stopped", 400)):
+    for name, steps in (("straight", 600), ("stopped", 400)):
         result = _robopt("train", *SAC_SMALL, f"log.run_root={tmp_path / name}", f"total_steps={steps}")
         assert result.returncode == 0, result.stderr
     (stopped,) = (tmp_path / "stopped").glob("sac_pendulum/*")
-    resumed = _robopt("train", "--resume", str(stopped), "total_steps=800", "--no-progress", "--nproc", "2")
+    resumed = _robopt("train", "--resume", str(stopped), "total_steps=600", "--no-progress", "--nproc", "2")
     assert resumed.returncode == 0, resumed.stderr
     (straight,) = (tmp_path / "straight").glob("sac_pendulum/*")
     a, b = (load_checkpoint(run / LAST_CHECKPOINT) for run in (straight, stopped))
-    assert a["world_size"] == 2 and a["loop"]["env_steps"] == 800 and a["ranks"][1]["replay"] is not None
+    assert a["world_size"] == 2 and a["loop"]["env_steps"] == 600 and a["ranks"][1]["replay"] is not None
     for key, value in a["loop"]["policy"].items():
         assert torch.equal(value, b["loop"]["policy"][key]), key
     assert not torch.equal(a["ranks"][0]["obs"], a["ranks"][1]["obs"])

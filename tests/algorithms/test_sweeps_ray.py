@@ -95,7 +95,7 @@ def _children(pid: int) -> set[int]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_sweep_killed_with_sigkill_resumes_keeping_what_finished(tmp_path, ray_env):
     root = tmp_path / "sweeps"
-    command = [sys.executable, "-m", "robopt", "sweep", "configs/ppo_pendulum.yaml", "total_steps=30720",
+    command = [sys.executable, "-m", "robopt", "sweep", "configs/ppo_pendulum.yaml", "total_steps=20480",
                "log.eval_episodes=2", "log.checkpoint_every=1", "--seeds", "0-2", "--root", str(root)]  # fmt: skip
     driver = subprocess.Popen(command, cwd=ROOT, env=ray_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
