@@ -219,6 +219,8 @@ def _validate_points(config: Path, overrides: list[str], points: list[dict]) -> 
     from robopt.sweeps.spec import point_label, point_overrides
 
     for point in points:
+        if "peer" in point:  # a peer library's run: the config (task, steps) alone must hold
+            point = {}
         try:
             load_config(config, [*overrides, *point_overrides(point)])
         except ConfigError as error:
@@ -238,12 +240,16 @@ def sweep(
     overrides: list[str] | None = typer.Argument(None, help="key=value overrides for every trial"),
     seeds: str = typer.Option("0-4", "--seeds", help="seeds of every config: 0-4, or 0,2,5"),
     grid: list[str] | None = typer.Option(None, "--grid", help="an axis key=v1,v2 (repeat for a product)"),
+    peer: list[str] | None = typer.Option(
+        None, "--peer", help="also run a peer library on the config's task and steps: sb3-ppo or sb3-sac (repeat)"
+    ),
     cpus_per_trial: int = typer.Option(1, "--cpus-per-trial", help="CPUs (and torch threads) per trial"),
     address: str = typer.Option("", "--address", help="Ray cluster ('auto', host:port); default: Ray in-process"),
     root: Path = typer.Option(Path("sweeps"), "--root", help="sweep directories go under ROOT/<config name>/"),
     resume: Path | None = typer.Option(None, "--resume", help="continue this sweep directory"),
 ) -> None:
     """Every config x seed as an ordinary run (a Ray task each), under one sweep directory."""
+    from robopt.sweeps.peers import PEERS
     from robopt.sweeps.spec import parse_grid, parse_seeds
     from robopt.sweeps.sweep import Sweep, run_sweep
 
@@ -259,6 +265,10 @@ def sweep(
             if not config.is_file():
                 _fail(f"config file {str(config)!r} not found (configs live in configs/*.yaml)")
             points, seed_list = parse_grid(grid or []), parse_seeds(seeds)
+            for name in peer or []:
+                if name not in PEERS:
+                    _fail(f"--peer {name!r}: allowed: {', '.join(PEERS)}")
+                points.append({"peer": name})
             _validate_points(config, [*(overrides or [])], points)
             target = Sweep.create(root, config, [*(overrides or [])], points, seed_list, cpus_per_trial)
         typer.echo(f"sweep directory: {target.path} ({len(target.points)} configs x {len(target.seeds)} seeds)")

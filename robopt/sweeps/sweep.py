@@ -23,6 +23,7 @@ from robopt.options import ConfigError
 from robopt.sweeps.spec import point_label, point_overrides
 
 SWEEP_FILE = "sweep.json"
+PEER_KEY = "peer"  # a point {"peer": "sb3-ppo"} runs a peer library (robopt.sweeps.peers), not robopt train
 CHECKPOINT = Path("checkpoints") / "last.pt"
 NON_FINITE_EXIT = 3  # robopt train's exit code when a non-finite value stops the run
 
@@ -102,7 +103,10 @@ class Sweep:
         return (resumable or [p.parent for p in dirs] or [None])[-1]
 
     def command(self, trial: Trial, threads: int) -> list[str]:
-        """``robopt train`` for ``trial``: resumed from its checkpoint when it has one."""
+        """``robopt train`` for ``trial``: resumed from its checkpoint when it has one (a peer's run: from scratch)."""
+        peer = self.points[trial.point].get(PEER_KEY)
+        if peer is not None:
+            return self._peer_command(peer, trial)
         run_dir = self.run_dir(trial)
         base = [sys.executable, "-m", "robopt", "train"]
         if run_dir is not None and (run_dir / CHECKPOINT).is_file():
@@ -110,6 +114,15 @@ class Sweep:
         overrides = [*self.spec["overrides"], *point_overrides(self.points[trial.point]), f"seed={trial.seed}",
                      f"torch_threads={threads}", f"log.run_root={self.run_root(trial)}"]  # fmt: skip
         return [*base, self.spec["config"], *overrides, "--no-progress"]
+
+    def _peer_command(self, peer: str, trial: Trial) -> list[str]:
+        """A peer library's run on the config's task, steps and evaluation episodes (``robopt.sweeps.peers``)."""
+        from robopt.experiment import load_config
+
+        config = load_config(self.spec["config"], self.spec["overrides"])
+        return [sys.executable, "-m", "robopt.sweeps.peers", peer, "--env", config.env.id, "--seed", str(trial.seed),
+                "--steps", str(config.total_steps), "--run-root", str(self.run_root(trial)),
+                "--eval-episodes", str(max(1, config.log.eval_episodes))]  # fmt: skip
 
     def label(self, trial: Trial) -> str:
         return f"{point_label(self.points[trial.point])} seed {trial.seed}"

@@ -150,3 +150,20 @@ def test_tune_runs_trials_and_resumes_without_redoing_one(tmp_path, ray_env):
     study = optuna.load_study(study_name="robopt", storage=f"sqlite:///{path / 'study.db'}")
     assert len(study.trials) == 3 and all(t.state.name == "COMPLETE" for t in study.trials)
     assert "probability that A beats B" in _robopt("report", str(path), env=ray_env).stdout
+
+
+def test_a_peer_library_runs_as_a_trial_beside_robopt_and_the_report_compares_them(tmp_path, ray_env):
+    root = tmp_path / "sweeps"
+    result = _robopt("sweep", *TINY, "--seeds", "0", "--peer", "sb3-ppo", "--root", str(root), env=ray_env)
+    assert result.returncode == 0, result.stderr
+    sweep = Sweep(_sweep_dir(root))
+    assert sweep.points == [{}, {"peer": "sb3-ppo"}]
+    peer = sweep.status(Trial(1, 0))
+    assert peer["status"] == "finished" and "eval_return" in peer
+    run_dir = Path(peer["run_dir"])
+    assert (run_dir / "progress.csv").read_text().startswith("env_steps,episode_return,episode_length,wall_time")
+    assert "Stable-Baselines3 defaults" in (run_dir / "config.yaml").read_text()
+    text = _robopt("report", str(sweep.path), env=ray_env).stdout
+    assert "P(default > peer=sb3-ppo)" in text
+    refused = _robopt("sweep", *TINY, "--peer", "sb3-a2c", "--root", str(root), env=ray_env)
+    assert refused.returncode == 2 and "--peer 'sb3-a2c': allowed: sb3-ppo, sb3-sac" in refused.stderr
