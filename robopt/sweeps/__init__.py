@@ -8,5 +8,6 @@ output) and ``runs/<id>/`` (each trial's ordinary run directory). Every config x
 finished trials are kept, a trial that has a checkpoint continues from it. ``robopt report`` reads the run
 directories (``eval.json``, ``progress.csv``); its statistics (interquartile mean, bootstrap intervals, probability
 of improvement) come from scipy. Tuning asks Optuna for the points (TPE sampler, median pruner, a SQLite study in
-the sweep directory). Ray, Optuna and scipy are the ``sweep`` extra, imported inside the modules that use them.
+the sweep directory). A point can be a peer library instead (``--peer sb3-ppo``: ``peers``), whose runs write the
+same files. Ray, Optuna and scipy are the ``sweep`` extra, imported inside the modules that use them.
 """
