@@ -180,29 +180,15 @@ class OffPolicyLoop:
         episode_length = torch.cat(lengths)  # [S, N] over the iteration's steps
         ended = episode_length > 0
         episode_return, episode_length = torch.cat(returns)[ended], episode_length[ended]
-        if self.collective.world_size > 1:
-            success = torch.cat(successes)[ended].float() if successes else None
-            return self._global_episode_values(values, episode_return, episode_length, success)
+        if self.collective.world_size > 1:  # episodes that ended on any rank
+            success = torch.cat(successes)[ended] if successes else None
+            return values | self.collective.episode_values(episode_return, episode_length, success)
         if episode_return.numel() > 0:
             values["episode_return"] = float(episode_return.mean())
             values["episode_length"] = float(episode_length.float().mean())
             if successes:
                 values["success_rate"] = float(torch.cat(successes)[ended].float().mean())
         values["episodes"] = float(episode_return.numel())
-        return values
-
-    def _global_episode_values(self, values: dict, episode_return, episode_length, success) -> dict[str, float]:
-        """Episode statistics over the episodes that ended on any rank."""
-        local = [float(episode_return.sum()), float(episode_length.float().sum()), float(episode_return.numel()),
-                 float(success.sum()) if success is not None else 0.0]  # fmt: skip
-        totals = self.collective.sum_(torch.tensor(local, dtype=torch.float64, device=self.collective.device))
-        count = float(totals[2])
-        if count > 0:
-            values["episode_return"] = float(totals[0]) / count
-            values["episode_length"] = float(totals[1]) / count
-            if success is not None:
-                values["success_rate"] = float(totals[3]) / count
-        values["episodes"] = count
         return values
 
     def _update_phase(self, progress: float, sums: dict[str, torch.Tensor]) -> int:

@@ -298,13 +298,7 @@ class OnPolicyLoop:
         if len(batch) > 0:
             self._update_normalizer(self.critic.normalizer, batch.critic_input)
         if self.collective.world_size > 1:  # episodes that ended on any rank
-            totals = [float(episode_return.sum()), float(episode_length.float().sum()), float(episode_return.numel())]
-            totals = self.collective.sum_(torch.tensor(totals, dtype=torch.float64, device=self.collective.device))
-            if totals[2] > 0:
-                values["episode_return"] = float(totals[0] / totals[2])
-                values["episode_length"] = float(totals[1] / totals[2])
-            values["episodes"] = float(totals[2])
-            return values
+            return values | self.collective.episode_values(episode_return, episode_length)
         if episode_return.numel() > 0:
             values["episode_return"] = float(episode_return.mean())
             values["episode_length"] = float(episode_length.float().mean())

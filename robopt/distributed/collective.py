@@ -65,6 +65,20 @@ class Collective:
         """Scalar metrics averaged over ranks (every rank passes the same keys)."""
         return values
 
+    def episode_values(self, returns: torch.Tensor, lengths: torch.Tensor, success=None) -> dict[str, float]:
+        """Mean return, length (and success) of the episodes that ended on any rank, and their count (one sum)."""
+        local = [float(returns.sum()), float(lengths.float().sum()), float(returns.numel()),
+                 float(success.float().sum()) if success is not None else 0.0]  # fmt: skip
+        totals = self.sum_(torch.tensor(local, dtype=torch.float64, device=self.device))
+        count, values = float(totals[2]), {}
+        if count > 0:
+            values["episode_return"] = float(totals[0]) / count
+            values["episode_length"] = float(totals[1]) / count
+            if success is not None:
+                values["success_rate"] = float(totals[3]) / count
+        values["episodes"] = count
+        return values
+
     def broadcast_module_(self, module: torch.nn.Module) -> None:
         """Rank 0's parameters and buffers copied into every rank's ``module`` in place."""
 
