@@ -122,8 +122,11 @@ def main() -> None:
     args = parser.parse_args()
     numel = 142_605  # the fast config's actor + critic parameters: one gradient all_reduce per minibatch step
     seconds = allreduce_seconds(numel)
-    print(f"gloo all_reduce of {numel} float32 ({4 * numel / 1e3:.0f} kB) between 2 ranks: {1e3 * seconds:.2f} ms "
-          f"(x 20 minibatch steps per iteration: {20e3 * seconds:.1f} ms)", flush=True)
+    print(
+        f"gloo all_reduce of {numel} float32 ({4 * numel / 1e3:.0f} kB) between 2 ranks: {1e3 * seconds:.2f} ms "
+        f"(x 20 minibatch steps per iteration: {20e3 * seconds:.1f} ms)",
+        flush=True,
+    )
     results: dict[str, list[dict]] = {name: [] for name in args.contestants}
     for seed in args.seeds:  # interleaved: one seed of each contestant after the other
         for name in args.contestants:

@@ -11,6 +11,7 @@ the four take turns within each repeat, so load from other processes on a shared
 column alike.
 
 Usage: .venv/bin/python benchmarks/env_throughput.py [--tasks HalfCheetah Ant] [--num-envs 1 16 64 256]
+       .venv/bin/python benchmarks/env_throughput.py --backend mujoco_warp [--graph] --device cuda --no-peers
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from robopt.envs.native_env import load_model
 from robopt.envs.tasks import TASKS
 
 
-def robopt_runner(task_cls, num_envs: int, steps: int, backend: str, device: str):
-    env = make_env(f"mujoco/{task_cls.name}", num_envs, backend=backend, device=device, seed=0)
+def robopt_runner(task_cls, num_envs: int, steps: int, backend: str, device: str, **options):
+    env = make_env(f"mujoco/{task_cls.name}", num_envs, backend=backend, device=device, seed=0, **options)
     env.reset(seed=0)
     low, high = env.action_low, env.action_high
     actions = low + (high - low) * torch.rand(steps, num_envs, env.action_dim, device=env.device)  # [T, N, A]
@@ -119,6 +120,7 @@ def main() -> None:
     parser.add_argument("--backend", default="mujoco", choices=["mujoco", "mujoco_warp"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True, help="also time the peers")
+    parser.add_argument("--graph", action="store_true", help="mujoco_warp: replay a recording of each step's launches")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -126,14 +128,20 @@ def main() -> None:
     header = (
         f"{'task':<24}{'N':>5}{'robopt':>11}{'sync':>11}{'raw 1T':>11}{'rollout 2T':>12}{'/sync':>8}{'/rollout':>10}"
     )
-    print(f"backend={args.backend} device={args.device} env_steps/run={args.env_steps} repeats={args.repeats}")
+    if args.graph and args.backend != "mujoco_warp":
+        raise SystemExit("env_throughput: --graph is an option of --backend mujoco_warp")
+    options = {"graph": True} if args.graph else {}
+    print(
+        f"backend={args.backend}{' (graph)' if args.graph else ''} device={args.device} "
+        f"env_steps/run={args.env_steps} repeats={args.repeats}"
+    )
     print(header)
     print("-" * len(header))
     for name in args.tasks:
         task_cls = by_name[name]
         for num_envs in args.num_envs:
             steps = max(10, args.env_steps // num_envs)
-            runners = {"robopt": robopt_runner(task_cls, num_envs, steps, args.backend, args.device)}
+            runners = {"robopt": robopt_runner(task_cls, num_envs, steps, args.backend, args.device, **options)}
             if args.peers:
                 runners["sync"] = sync_runner(task_cls, num_envs, steps)
                 runners["raw"] = raw_runner(task_cls, num_envs, steps)

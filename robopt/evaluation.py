@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from robopt.build import LAST_CHECKPOINT, available_device, build_env, build_policy, evaluation_env_options
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig
+from robopt.envs.native_env import WARP_ONLY_OPTIONS
 from robopt.envs.render import DEFAULT_HEIGHT, DEFAULT_WIDTH, NativeRowRenderer, gymnasium_camera_kwargs
 from robopt.experiment import load_run_config
 
@@ -52,14 +53,21 @@ def load_policy(run_dir: Path, config: ExperimentConfig | None = None) -> tuple[
 
 @torch.no_grad()
 def evaluate_policy(policy, env, episodes: int, seed: int) -> EvalResult:
-    """Run exactly one episode per env row (env.num_envs == episodes) with the deterministic action."""
+    """Run exactly one episode per env row (env.num_envs == episodes) with the deterministic action.
+
+    The policy and the env may live on different devices (a policy trained on CUDA evaluated on a Gymnasium env):
+    observations go to the policy's device and actions back to the env's."""
     obs = env.reset(seed=seed)
+    parameter = next(policy.parameters(), None) if isinstance(policy, torch.nn.Module) else None
+    policy_device = parameter.device if parameter is not None else obs.device
+    env_device = obs.device
     returns = torch.full((env.num_envs,), float("nan"))
     lengths = torch.zeros(env.num_envs)
     success = torch.zeros(env.num_envs, dtype=torch.bool)
     has_success = False
     while torch.isnan(returns[:episodes]).any():
-        action, _ = policy.act(obs, deterministic=True)
+        action, _ = policy.act(obs.to(policy_device), deterministic=True)
+        action = action.to(env_device)
         action = torch.maximum(torch.minimum(action, env.action_high), env.action_low)
         obs, _, terminated, truncated, info = env.step(action)
         first = (terminated | truncated).cpu() & torch.isnan(returns)
@@ -148,7 +156,7 @@ def video_config(config: ExperimentConfig) -> ExperimentConfig:
         raise ConfigError(f"env.id={config.env.id!r}: {error}") from None
     if backend == "mujoco_warp" and device.type != "cuda":
         backend = "mujoco"
-        kwargs = {key: value for key, value in kwargs.items() if key not in ("nconmax", "njmax", "verbose")}
+        kwargs = {key: value for key, value in kwargs.items() if key not in WARP_ONLY_OPTIONS}
     env = replace(config.env, backend=backend, kwargs=kwargs)
     return replace(config, device=str(device), env=env)
 

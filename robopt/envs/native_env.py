@@ -253,12 +253,16 @@ def load_model(task_cls: type) -> mujoco.MjModel:
     return load_asset_model(task_cls.xml_file)
 
 
+WARP_ONLY_OPTIONS = ("nconmax", "njmax", "verbose", "graph")  # env.kwargs the mujoco backend does not take
+
+
 def make_native_env(task_cls: type, backend: str, num_envs: int, device: str | torch.device = "cpu", **kwargs):
     """Build ``mujoco/<Task>`` on ``backend`` ('mujoco' or 'mujoco_warp').
 
     Keyword options: ``seed``, ``randomization`` (mapping or Randomization), ``max_episode_steps`` (time
-    limit, default Gymnasium's), ``num_threads`` (mujoco), ``nconmax``/``njmax``/``verbose`` (mujoco_warp;
-    ``verbose`` lists warp's kernel loads); anything else goes to the task (Gymnasium's v5 option names).
+    limit, default Gymnasium's), ``num_threads`` (mujoco), ``nconmax``/``njmax``/``verbose``/``graph``
+    (mujoco_warp; ``verbose`` lists warp's kernel loads, ``graph`` replays a recording of each step's kernel
+    launches); anything else goes to the task (Gymnasium's v5 option names).
     """
     seed, randomization = kwargs.pop("seed", None), kwargs.pop("randomization", None)
     max_episode_steps = kwargs.pop("max_episode_steps", None)
@@ -267,13 +271,16 @@ def make_native_env(task_cls: type, backend: str, num_envs: int, device: str | t
     if backend == "mujoco":
         from robopt.envs.mujoco_backend import MujocoBackend
 
+        misplaced = [key for key in WARP_ONLY_OPTIONS if key in kwargs]
+        if misplaced:
+            raise ValueError(f"env.kwargs {', '.join(misplaced)}: options of backend mujoco_warp, not of mujoco")
         num_threads = kwargs.pop("num_threads", 2)
         task = _make_task(task_cls, model, env_id, kwargs)
         physics = MujocoBackend(model, num_envs, task.fields, num_threads=num_threads)
     elif backend == "mujoco_warp":
         from robopt.envs.warp_backend import WarpBackend  # imports warp lazily (extra [gpu])
 
-        warp_options = {k: kwargs.pop(k) for k in ("nconmax", "njmax", "verbose") if k in kwargs}
+        warp_options = {k: kwargs.pop(k) for k in WARP_ONLY_OPTIONS if k in kwargs}
         task = _make_task(task_cls, model, env_id, kwargs)
         physics = WarpBackend(model, num_envs, task.fields, device=device, **warp_options)
     else:

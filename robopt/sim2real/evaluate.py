@@ -25,12 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
+from robopt.envs.native_env import WARP_ONLY_OPTIONS
 from robopt.options import ConfigError
 
 GRID_PARAMS = ("body_mass", "geom_friction", "dof_damping", "actuator_gain")  # robopt.envs.physics.PARAM_NAMES
 MAX_AXES, FORMAT = 2, "robopt-transfer"
 JSON_NAME, PNG_NAME = "transfer.json", "transfer.png"
-_DROPPED_ENV_OPTIONS = ("randomization", "seed", "nconmax", "njmax", "verbose")  # not for a fixed-dynamics CPU env
+_DROPPED_ENV_OPTIONS = ("randomization", "seed", *WARP_ONLY_OPTIONS)  # not for a fixed-dynamics CPU env
 _EXAMPLE = "e.g. body_mass=0.5:1.5:5"
 GRID_HELP = f"NAME=LOW:HIGH:COUNT: COUNT scale factors of a model parameter ({', '.join(GRID_PARAMS)}); once or twice"
 

@@ -118,3 +118,31 @@ def test_warp_humanoid_runs() -> None:
     for _ in range(3):
         obs, reward, *_ = env.step(torch.zeros(2, env.action_dim))
     assert torch.isfinite(obs).all() and torch.isfinite(reward).all()
+
+
+def test_graph_replay_equals_eager_stepping() -> None:
+    # env.kwargs.graph records one env step's kernel launches and replays them: the same kernels on the same
+    # arrays, so equal bit for bit to eager stepping (same device, same shapes), through auto-resets and the
+    # per-episode parameter changes of randomization (set_const between replays).
+    options = dict(max_episode_steps=12, randomization={"body_mass": [0.7, 1.3], "geom_friction": [0.6, 1.4]})
+    eager = make_env("mujoco/Hopper", 3, backend="mujoco_warp", device="cpu", seed=0, **options)
+    replayed = make_env("mujoco/Hopper", 3, backend="mujoco_warp", device="cpu", seed=0, graph=True, **options)
+    assert torch.equal(eager.reset(seed=5), replayed.reset(seed=5))
+    generator = torch.Generator().manual_seed(0)
+    ended = 0
+    for t in range(30):
+        action = torch.rand(3, eager.action_dim, generator=generator) * 2 - 1
+        eager_out, replayed_out = eager.step(action), replayed.step(action)
+        for index in range(4):
+            assert torch.equal(eager_out[index], replayed_out[index]), f"step {t}, output {index}"
+        assert torch.equal(eager_out[4]["final_obs"], replayed_out[4]["final_obs"]), f"step {t}"
+        ended += int((eager_out[2] | eager_out[3]).sum())
+    assert ended >= 3  # every env reset at least once mid-run
+    assert len(replayed.physics._graphs) == 1  # recorded once, replayed 30 times
+
+
+def test_graph_option_must_be_a_bool() -> None:
+    with pytest.raises(ValueError, match="env.kwargs.graph must be true or false, got 'yes'"):
+        make_env("mujoco/Hopper", 2, backend="mujoco_warp", device="cpu", seed=0, graph="yes")
+    with pytest.raises(ValueError, match="env.kwargs graph: options of backend mujoco_warp, not of mujoco"):
+        make_env("mujoco/Hopper", 2, backend="mujoco", seed=0, graph=True)
