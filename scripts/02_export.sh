@@ -4,6 +4,6 @@
 # TorchScript reproduce torch within 1e-5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUN_DIR="${1:-$(cat /tmp/robopt_last_run)}"
+RUN_DIR="${1:-$(scripts/run_info.sh latest)}"
 .venv/bin/robopt export "$RUN_DIR" --format both --out "$RUN_DIR/export" --force
 echo "next: scripts/03_deploy_sim.sh $RUN_DIR/export"

@@ -3,7 +3,7 @@
 # latency, 1 % packet loss); the deploy runtime cannot tell it from a real robot that speaks the same protocol.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EXPORT_DIR="${1:-$(cat /tmp/robopt_last_run)/export}"
+EXPORT_DIR="${1:-$(scripts/run_info.sh latest)/export}"
 PORT="${PORT:-47800}"
 # The server outlives deploy: it serves 32 s from when it is ready (about 1-3 s in), deploy ends by about 3 + 2 + 22 s,
 # so deploy never sees the link go silent (that would be stale observations and a latched e-stop). Deploy ends with
@@ -15,3 +15,4 @@ trap 'kill $SERVER 2>/dev/null || true' EXIT
 sleep 3  # the server imports torch and builds its env
 .venv/bin/robopt deploy "$EXPORT_DIR" --robot "udp://127.0.0.1:$PORT" --duration 22 --config configs/deploy/pendulum.yaml
 wait $SERVER || true
+echo "in-process return (robopt train's deterministic evaluation): $(scripts/run_info.sh return "$(dirname "$EXPORT_DIR")")"

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from robopt.core.errors import NonFiniteError
+from robopt.envs import deploy_conditions
 from robopt.envs.episode_stats import EpisodeTracker
 from robopt.envs.physics import quiet_known_asset_warnings
 
@@ -27,8 +28,11 @@ class GymnasiumVecEnv:
         self.env_id = env_id
         self.num_envs = num_envs
         self.device = torch.device(device)
+        conditions = env_kwargs.pop("deploy_conditions", None)  # the deploy runtime's actuation, in training
         with quiet_known_asset_warnings():  # Gymnasium's MJCF assets trigger a deprecation warning per env
             self.envs = [gym.make(env_id, **env_kwargs) for _ in range(num_envs)]
+        if conditions is not None:
+            self.envs = [deploy_conditions.wrap(env, conditions) for env in self.envs]
         obs_space, act_space = self.envs[0].observation_space, self.envs[0].action_space
         if not isinstance(act_space, gym.spaces.Box) or not isinstance(obs_space, gym.spaces.Box):
             raise ValueError(f"{env_id}: robopt needs Box observation and action spaces, got {obs_space} / {act_space}")
@@ -148,6 +152,9 @@ def _env_state(env: gym.Env) -> dict | None:
         row["last_u"] = None if row["last_u"] is None else float(np.asarray(row["last_u"]).reshape(-1)[0])
     else:
         return None
+    conditions = [w.state() for w in _wrappers(env) if isinstance(w, deploy_conditions.DeployConditions)]
+    if conditions:
+        row["deploy_conditions"] = conditions
     return row
 
 
@@ -157,6 +164,9 @@ def _set_env_state(env: gym.Env, row: dict) -> None:
     for wrapper, elapsed in zip(_wrappers(env), row["elapsed"]):
         if elapsed is not None:
             wrapper._elapsed_steps = elapsed
+    conditions = [w for w in _wrappers(env) if isinstance(w, deploy_conditions.DeployConditions)]
+    for wrapper, state in zip(conditions, row.get("deploy_conditions", [])):
+        wrapper.load_state(state)
     if "mujoco" in row:
         for name, value in row["mujoco"].items():
             getattr(unwrapped.data, name)[:] = value.numpy()
