@@ -1,22 +1,28 @@
-"""Does randomization transfer? PPO on Hopper trained with and without domain randomization, same budget and seeds,
-both evaluated on one grid of perturbed dynamics with ``robopt evaluate-transfer``.
+"""Does randomization transfer? PPO trained with and without domain randomization, same budget and seeds, every
+policy evaluated on the same grids of perturbed dynamics with ``robopt evaluate-transfer``.
 
-    .venv/bin/python benchmarks/transfer.py --steps 300000 --seeds 0 1 2
-    .venv/bin/python benchmarks/transfer.py --grid body_mass=0.5:1.5:5 --grid geom_friction=0.4:1.6:5 --out transfer
+    .venv/bin/python benchmarks/transfer.py --task Hopper --seeds 0 1 2 --run-root runs/transfer
+    .venv/bin/python benchmarks/transfer.py --task Walker2d --seeds 0 1 2 --run-root runs/transfer --episodes 10
 
-Trains configs/ppo_hopper_native.yaml (no randomization) and configs/ppo_hopper_randomized.yaml (mass, friction,
-motor strength, action and observation noise, a privileged critic) with ``total_steps`` and ``seed`` overridden,
-then grids each policy (deterministic, ``--episodes`` per cell, the same reset seed in every cell). Printed: each
-config's mean return per cell averaged over seeds, its nominal return, and the share of cells where it keeps at
-least ``--keep`` of its own nominal return and of the best nominal return of the two. Heatmaps of each run land in
-``--out/<config>_seed<k>/transfer.png``. A learning result, not a timing.
+Arms: ``configs/ppo_<task>_fast.yaml`` (no randomization) and ``configs/ppo_<task>_fast_randomized.yaml`` (mass with
+inertia, friction, motor strength, actuator delay 0-2 ticks, observation noise, random pushes; privileged critic).
+A run ``<config>_s<seed>`` already finished under ``--run-root`` (its ``eval.json`` exists) is reused, otherwise
+trained there for ``--steps``. Grids (deterministic episodes, the same reset seed for every policy):
+
+    mass x friction     body_mass 0.5..1.5 x geom_friction 0.4..1.6 (5 x 5)
+    motor x delay       actuator_gain 0.6..1.4 (5) x action_delay 0..3 ticks (4)
+    push                push_force 0..400 N (5), 5 steps every 100 steps on the torso
+
+Printed per grid and arm: the mean return per cell averaged over seeds, the nominal return, the grid mean, and the
+share of cells keeping ``--keep`` of the arm's own nominal return, each as mean +- std over seeds. Heatmaps of each
+run land in ``--out/<grid>/<run>/transfer.png``; everything in ``--out/summary.json``. A learning result, not a
+timing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +31,25 @@ from robopt.experiment import load_config
 from robopt.runner import train
 from robopt.sim2real.evaluate import evaluate_transfer, parse_grid
 
-CONFIGS = {"native": "configs/ppo_hopper_native.yaml", "randomized": "configs/ppo_hopper_randomized.yaml"}
+GRIDS = {
+    "mass_x_friction": ["body_mass=0.5:1.5:5", "geom_friction=0.4:1.6:5"],
+    "motor_x_delay": ["actuator_gain=0.6:1.4:5", "action_delay=0:3:4"],
+    "push": ["push_force=0:400:5"],
+}
 
 
-def table(name: str, mean: np.ndarray, axes, values) -> str:
-    lines = [f"{name}: mean return per cell ({axes[0]} rows" + (f", {axes[1]} columns)" if len(axes) > 1 else ")")]
+def run_dir_of(config: str, seed: int, steps: int, root: Path) -> Path:
+    """The finished run ``<name>_s<seed>`` under ``root``, trained first when there is none."""
+    name = f"{Path(config).stem}_s{seed}"
+    finished = sorted(d for d in (root / name).glob("*") if (d / "eval.json").exists())
+    if finished:
+        return finished[-1]
+    overrides = [f"seed={seed}", f"total_steps={steps}", f"log.run_root={root}", f"name={name}", "log.progress=false"]
+    return train(load_config(config, overrides)).run_dir
+
+
+def table(mean: np.ndarray, axes, values) -> str:
+    lines = [f"mean return per cell ({axes[0]} rows" + (f", {axes[1]} columns)" if len(axes) > 1 else ")")]
     columns = values[1] if len(axes) > 1 else ("",)
     lines.append(f"{'':>8s}" + "".join(f"{c:>9g}" if c != "" else "" for c in columns))
     for i, row_value in enumerate(values[0]):
@@ -40,39 +60,43 @@ def table(name: str, mean: np.ndarray, axes, values) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=300_000)
+    parser.add_argument("--task", default="Hopper", choices=["Hopper", "Walker2d"])
+    parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--grid", action="append", default=None, help="NAME=LOW:HIGH:COUNT (repeat for 2 axes)")
+    parser.add_argument("--run-root", type=Path, default=Path("runs/transfer"))
+    parser.add_argument("--grids", nargs="+", default=list(GRIDS), choices=list(GRIDS))
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--keep", type=float, default=0.8, help="fraction of the nominal return a cell must keep")
     parser.add_argument("--out", type=Path, default=Path("transfer"))
     args = parser.parse_args()
-    grid = parse_grid(args.grid or ["body_mass=0.5:1.5:5", "geom_friction=0.4:1.6:5"])
-    means, nominals = {}, {}
-    with tempfile.TemporaryDirectory() as root:
-        for name, path in CONFIGS.items():
-            results = []
-            for seed in args.seeds:
-                config = load_config(path, [f"seed={seed}", f"total_steps={args.steps}", f"log.run_root={root}",
-                                            "log.progress=false", "log.eval_episodes=0"])  # fmt: skip
-                run = train(config)
-                out = args.out / f"{name}_seed{seed}"
-                results.append(evaluate_transfer(run.run_dir, grid, args.episodes, seed, out))
-                print(f"{name} seed {seed}: nominal {results[-1].nominal_return:.0f}", flush=True)
-            means[name] = np.mean([r.mean for r in results], axis=0)
-            nominals[name] = float(np.mean([r.nominal_return for r in results]))
-            axes, values = results[0].axes, results[0].values
-    best = max(nominals.values())
-    summary = {}
-    for name, mean in means.items():
-        print("\n" + table(name, mean, axes, values))
-        own = float((mean >= args.keep * nominals[name]).mean())
-        common = float((mean >= args.keep * best).mean())
-        summary[name] = {"nominal": nominals[name], "keeps_own": own, "keeps_best": common, "mean": mean.tolist()}
-        print(f"nominal {nominals[name]:.0f}; cells keeping {args.keep:.0%} of its own nominal: {own:.0%}, "
-              f"of the best nominal ({best:.0f}): {common:.0%}; grid mean {float(mean.mean()):.0f}")  # fmt: skip
+    arms = {arm: f"configs/ppo_{args.task.lower()}_fast{suffix}.yaml"
+            for arm, suffix in (("nominal", ""), ("randomized", "_randomized"))}  # fmt: skip
+    runs = {arm: [run_dir_of(config, seed, args.steps, args.run_root) for seed in args.seeds]
+            for arm, config in arms.items()}  # fmt: skip
+    summary: dict = {"task": args.task, "steps": args.steps, "seeds": args.seeds, "keep": args.keep, "grids": {}}
+    for grid_name in args.grids:
+        grid = parse_grid(GRIDS[grid_name])
+        print(f"\n== {args.task}: {grid_name} ({', '.join(GRIDS[grid_name])}), {args.episodes} episodes per cell ==")
+        summary["grids"][grid_name] = {}
+        for arm, run_dirs in runs.items():
+            results = [evaluate_transfer(run_dir, grid, args.episodes, 0, args.out / grid_name / run_dir.parent.name)
+                       for run_dir in run_dirs]  # fmt: skip
+            nominal = np.array([r.nominal_return for r in results])
+            grid_mean = np.array([float(r.mean.mean()) for r in results])
+            kept = np.array([float((r.mean >= args.keep * r.nominal_return).mean()) for r in results])
+            mean = np.mean([r.mean for r in results], axis=0)
+            print(f"\n{arm}: {table(mean, results[0].axes, results[0].values)}")
+            print(f"{arm}: nominal {nominal.mean():.0f} +- {nominal.std():.0f}, grid mean {grid_mean.mean():.0f} +- "
+                  f"{grid_mean.std():.0f}, cells keeping {args.keep:.0%} of own nominal {kept.mean():.0%} +- "
+                  f"{kept.std():.0%} (per seed: {', '.join(f'{k:.0%}' for k in kept)})", flush=True)  # fmt: skip
+            summary["grids"][grid_name][arm] = {
+                "runs": [str(d) for d in run_dirs], "nominal": nominal.tolist(), "grid_mean": grid_mean.tolist(),
+                "kept": kept.tolist(), "mean": mean.tolist(),
+                "axes": [{"name": n, "values": list(v)} for n, v in zip(results[0].axes, results[0].values)],
+            }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "summary.json").write_text(json.dumps({"steps": args.steps, "seeds": args.seeds, **summary}, indent=2))
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"\nwrote {args.out / 'summary.json'}")
 
 
 if __name__ == "__main__":

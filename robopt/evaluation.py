@@ -16,9 +16,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from robopt.build import LAST_CHECKPOINT, available_device, build_env, build_policy, evaluation_env_options
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig
-from robopt.envs.native_env import WARP_ONLY_OPTIONS
 from robopt.envs.render import DEFAULT_HEIGHT, DEFAULT_WIDTH, NativeRowRenderer, gymnasium_camera_kwargs
 from robopt.experiment import load_run_config
+from robopt.options import WARP_ONLY_OPTIONS
 
 
 @dataclass(frozen=True)

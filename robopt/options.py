@@ -1,5 +1,5 @@
-"""``option`` (a config dataclass field with a default, a one-line doc and optional allowed values) and
-``ConfigError``.
+"""``option`` (a config dataclass field with a default, a one-line doc and optional allowed values),
+``ConfigError`` and ``WARP_ONLY_OPTIONS``.
 
 A leaf module (it imports nothing from robopt): every module that declares config fields or reports a config
 problem uses it, from the torch-free deploy runtime to the algorithms, without importing ``robopt.config``.
@@ -10,6 +10,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import field
 from typing import Any
+
+# env.kwargs that only the mujoco_warp backend takes (evaluation on the CPU mujoco backend drops them)
+WARP_ONLY_OPTIONS = ("nconmax", "njmax", "verbose", "graph")
 
 
 class ConfigError(ValueError):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Step 1 of 4: train a policy from a config: SAC on Pendulum under the conditions steps 3 and 4 deploy it in
 # (one tick of actuator delay, a 1 N m per tick rate limit, sensor noise; configs/sac_pendulum_deploy.yaml),
-# about three minutes on 2 CPU cores. Prints the run directory; the next steps take it as their argument
+# about four minutes on 2 CPU cores. Prints the run directory; the next steps take it as their argument
 # (default: the latest run of this config). The training log is kept in the run directory as train.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."

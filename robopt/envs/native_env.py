@@ -30,6 +30,7 @@ import torch
 from robopt.envs.episode_stats import EpisodeTracker
 from robopt.envs.physics import PARAM_NAMES, PhysicsBackend, load_asset_model
 from robopt.envs.randomization import Randomization, Randomizer
+from robopt.options import WARP_ONLY_OPTIONS
 
 __all__ = ["NativeVecEnv", "Randomization", "check_action", "load_model", "make_native_env"]
 
@@ -251,9 +252,6 @@ def load_model(task_cls: type) -> mujoco.MjModel:
     if hasattr(task_cls, "build_model"):
         return task_cls.build_model()
     return load_asset_model(task_cls.xml_file)
-
-
-WARP_ONLY_OPTIONS = ("nconmax", "njmax", "verbose", "graph")  # env.kwargs the mujoco backend does not take
 
 
 def make_native_env(task_cls: type, backend: str, num_envs: int, device: str | torch.device = "cpu", **kwargs):

@@ -1,4 +1,4 @@
-"""``robopt evaluate-transfer``: a policy's returns over a grid of dynamics (mass, friction...) of its native task.
+"""``robopt evaluate-transfer``: a policy's returns over a grid of dynamics (mass, friction, delay, pushes).
 
 Shapes: N episodes (env rows, one deterministic episode each), n1 / n2 values on grid axis 1 / 2, D obs dim, A action
 dim. A grid axis ``NAME=LOW:HIGH:COUNT`` scales one model parameter of the native backend by each of
@@ -9,7 +9,12 @@ N rows, reset with the same seed, so cells differ only in their dynamics. The ce
 native ``mujoco/<Task>`` id with the CPU ``mujoco`` backend and no randomization: otherwise ``robopt eval`` runs the
 run's own env (a Gymnasium id, GPU ``mujoco_warp``, randomized dynamics), which may give other returns.
 The env is built from the source's env options without its randomization (no random scales, delays, noise or
-pushes), so each cell is one fixed dynamics.
+pushes), so each cell is one fixed dynamics. Two disturbance axes take absolute values instead of factors (nominal
+0): ``action_delay`` (integer control ticks: the action applied at step t is the one given at t - d) and
+``push_force`` (Newtons on the root body for ``PUSH_DURATION`` steps, every ``PUSH_INTERVAL`` steps, in a random
+horizontal direction drawn from the env's RNG); a cell with either runs on its own env with that fixed
+randomization, reset with the same seed: its delay and push schedule are drawn from the env's generator at reset,
+so its start states are other draws from the same distribution than the nominal cell's (the same for every policy).
     parse_grid_axis     "NAME=LOW:HIGH:COUNT" -> (NAME, [COUNT factors])
     evaluate_transfer   a run or export directory and a grid -> TransferResult; writes transfer.json, transfer.png
     TransferResult      axes, values, returns [n1, (n2,) N], the nominal cell's; JSON round trip, text table
@@ -25,15 +30,40 @@ from pathlib import Path
 
 import numpy as np
 
-from robopt.envs.native_env import WARP_ONLY_OPTIONS
-from robopt.options import ConfigError
+from robopt.options import WARP_ONLY_OPTIONS, ConfigError
 
 GRID_PARAMS = ("body_mass", "geom_friction", "dof_damping", "actuator_gain")  # robopt.envs.physics.PARAM_NAMES
+DISTURBANCES = ("action_delay", "push_force")  # absolute values, nominal 0
+GRID_AXES = (*GRID_PARAMS, *DISTURBANCES)
+PUSH_INTERVAL, PUSH_DURATION = 100, 5  # steps between pushes, steps each push lasts (Hopper: 0.8 s and 0.04 s)
+MAX_DELAY = 1000  # robopt.envs.randomization.MAX_DELAY (not imported: this module stays torch-free to import)
 MAX_AXES, FORMAT = 2, "robopt-transfer"
 JSON_NAME, PNG_NAME = "transfer.json", "transfer.png"
 _DROPPED_ENV_OPTIONS = ("randomization", "seed", *WARP_ONLY_OPTIONS)  # not for a fixed-dynamics CPU env
-_EXAMPLE = "e.g. body_mass=0.5:1.5:5"
-GRID_HELP = f"NAME=LOW:HIGH:COUNT: COUNT scale factors of a model parameter ({', '.join(GRID_PARAMS)}); once or twice"
+_EXAMPLE = "e.g. body_mass=0.5:1.5:5 or action_delay=0:2:3"
+GRID_HELP = (
+    f"NAME=LOW:HIGH:COUNT: COUNT scale factors of a model parameter ({', '.join(GRID_PARAMS)}), or COUNT values of "
+    f"a disturbance (action_delay in control ticks, push_force in Newtons); once or twice"
+)
+
+
+def _check_axis(label: str, name: str, values: list[float]) -> list[float]:
+    """The axis' values as floats; ConfigError naming ``label`` unless they suit ``name``."""
+    if name not in GRID_AXES:
+        raise ConfigError(f"{label}: unknown grid axis {name!r}; allowed: {', '.join(GRID_AXES)}")
+    if name in GRID_PARAMS:
+        if not values or not all(math.isfinite(v) and v > 0 for v in values):
+            raise ConfigError(f"{label}: need finite scale factors > 0 (of the nominal values), got {values!r:.80}")
+    elif name == "push_force":
+        if not values or not all(math.isfinite(v) and v >= 0 for v in values):
+            raise ConfigError(f"{label}: need push forces >= 0 Newtons, got {values!r:.80}")
+    elif not values or not all(math.isfinite(v) and v == int(v) and 0 <= v <= MAX_DELAY for v in values):
+        raise ConfigError(f"{label}: need whole control ticks 0..{MAX_DELAY} (LOW, HIGH, COUNT giving integers)")
+    return [float(v) for v in values]
+
+
+def _nominal_value(name: str) -> float:
+    return 0.0 if name in DISTURBANCES else 1.0
 
 
 def parse_grid_axis(text: str) -> tuple[str, list[float]]:
@@ -42,19 +72,24 @@ def parse_grid_axis(text: str) -> tuple[str, list[float]]:
     name, parts = name.strip(), spec.split(":")
     if not sep or not name or len(parts) != 3:
         raise ConfigError(f"--grid {text!r}: need NAME=LOW:HIGH:COUNT, {_EXAMPLE}")
-    if name not in GRID_PARAMS:
-        raise ConfigError(f"--grid {text!r}: unknown model parameter {name!r}; allowed: {', '.join(GRID_PARAMS)}")
+    if name not in GRID_AXES:
+        raise ConfigError(f"--grid {text!r}: unknown grid axis {name!r}; allowed: {', '.join(GRID_AXES)}")
     try:
         low, high, count = float(parts[0]), float(parts[1]), int(parts[2])
     except ValueError:
         raise ConfigError(f"--grid {text!r}: LOW and HIGH must be numbers and COUNT an integer, {_EXAMPLE}") from None
     if count < 1:
         raise ConfigError(f"--grid {text!r}: COUNT must be at least 1, got {count}")
-    if not (math.isfinite(low) and math.isfinite(high) and 0.0 < low <= high):
+    if name in GRID_PARAMS and not (math.isfinite(low) and math.isfinite(high) and 0.0 < low <= high):
         raise ConfigError(f"--grid {text!r}: need 0 < LOW <= HIGH (scale factors of the nominal values)")
+    if name in DISTURBANCES and not (math.isfinite(low) and math.isfinite(high) and 0.0 <= low <= high):
+        raise ConfigError(f"--grid {text!r}: need 0 <= LOW <= HIGH")
     if low == high and count > 1:
-        raise ConfigError(f"--grid {text!r}: LOW == HIGH gives one factor; use COUNT 1 or LOW < HIGH")
-    return name, np.linspace(low, high, count).tolist()
+        raise ConfigError(f"--grid {text!r}: LOW == HIGH gives one value; use COUNT 1 or LOW < HIGH")
+    values = np.linspace(low, high, count).tolist()
+    if name == "action_delay":
+        values = [round(v, 9) for v in values]
+    return name, _check_axis(f"--grid {text!r}", name, values)
 
 
 def parse_grid(texts: list[str]) -> dict[str, list[float]]:
@@ -76,15 +111,11 @@ def check_grid(grid: dict[str, list[float]]) -> dict[str, list[float]]:
         raise ConfigError(f"evaluate-transfer takes one or two --grid axes, got {len(grid)} ({given})")
     checked = {}
     for name, values in grid.items():
-        if name not in GRID_PARAMS:
-            raise ConfigError(f"unknown model parameter {name!r}; allowed: {', '.join(GRID_PARAMS)}")
         try:
-            factors = [float(v) for v in values]
+            numbers = [float(v) for v in values]
         except (TypeError, ValueError):
-            raise ConfigError(f"grid axis {name}: factors must be numbers, got {values!r:.80}") from None
-        if not factors or not all(math.isfinite(v) and v > 0 for v in factors):
-            raise ConfigError(f"grid axis {name}: need one or more finite scale factors > 0, got {values!r:.80}")
-        checked[name] = factors
+            raise ConfigError(f"grid axis {name}: values must be numbers, got {values!r:.80}") from None
+        checked[name] = _check_axis(f"grid axis {name}", name, numbers)
     return checked
 
 
@@ -93,7 +124,7 @@ class TransferResult:
     axes: tuple[str, ...]
     values: tuple[tuple[float, ...], ...]  # the factors of each axis
     returns: np.ndarray  # [n1, N] or [n1, n2, N] episode returns per cell
-    nominal_returns: list[float]  # [N] every factor 1 (``robopt eval``'s for a native task on CPU mujoco)
+    nominal_returns: list[float]  # [N] every factor 1, no delay or push (``robopt eval``'s on CPU mujoco)
     source: str
     source_kind: str  # "run" or "export"
     env_id: str  # the native task evaluated (the source's own id, or its native twin)
@@ -157,7 +188,8 @@ class TransferResult:
             rows = [[f"{v:g}", *row] for v, row in zip(self.values[0], cell)]
         widths = [max(len(str(line[i])) for line in [header, *rows]) for i in range(len(header))]
         lines = ["  ".join(str(text).rjust(width) for text, width in zip(line, widths)) for line in [header, *rows]]
-        nominal = f"nominal (every factor 1): {self.nominal_return:.2f} +- {float(np.std(self.nominal_returns)):.2f}"
+        spread = float(np.std(self.nominal_returns))
+        nominal = f"nominal (every factor 1, no delay or push): {self.nominal_return:.2f} +- {spread:.2f}"
         return "\n".join([f"{self.env_id}: return over {self.episodes} episodes (seed {self.seed})", *lines, nominal])
 
 
@@ -247,6 +279,17 @@ def _cell_params(nominal: dict, factors: dict[str, float], num_envs: int) -> dic
     return params
 
 
+def _disturbance_options(delay: int, force: float) -> dict:
+    """env options for a cell's fixed actuator delay and push magnitude (none when both are 0)."""
+    randomization: dict = {}
+    if delay > 0:
+        randomization["action_delay"] = [delay, delay]
+    if force > 0:
+        randomization.update(push_force=[force, force], push_interval=[PUSH_INTERVAL, PUSH_INTERVAL],
+                             push_duration=PUSH_DURATION)  # fmt: skip
+    return {"randomization": randomization} if randomization else {}
+
+
 def _returns_at(env, actor, nominal: dict, factors: dict[str, float], episodes: int, seed: int) -> list[float]:
     """Returns [N] of one deterministic episode per row with the model parameters scaled by ``factors``.
 
@@ -280,27 +323,43 @@ def evaluate_transfer(
         raise ConfigError(f"--episodes must be an integer of at least 1, got {episodes!r}")
     kind, env_id, env_options, actor = _load_source(source)
     env_options = {k: v for k, v in env_options.items() if k not in _DROPPED_ENV_OPTIONS}
-    try:
-        env = make_env(env_id, episodes, backend="mujoco", device="cpu", **env_options)
-    except (ValueError, TypeError) as error:
-        raise ConfigError(f"env {env_id!r}: {error}") from None
+    envs: dict[tuple[int, float], object] = {}  # (delay, push force) -> its env
+
+    def env_for(cell: dict[str, float]):
+        key = (int(cell.get("action_delay", 0)), float(cell.get("push_force", 0.0)))
+        if key not in envs:
+            try:
+                envs[key] = make_env(env_id, episodes, backend="mujoco", device="cpu", **env_options,
+                                     **_disturbance_options(*key))  # fmt: skip
+            except (ValueError, TypeError) as error:
+                raise ConfigError(f"env {env_id!r}: {error}") from None
+        return envs[key]
+
     axes, values = tuple(grid), tuple(tuple(v) for v in grid.values())
     try:
-        nominal = env.physics.nominal_params()
-        products = list(itertools.product(*values))  # row-major over [n1, (n2)]; a factor may repeat
-        cells = [_returns_at(env, actor, nominal, dict(zip(axes, factors)), episodes, seed) for factors in products]
-        ones = (1.0,) * len(axes)
+        nominal = env_for({}).physics.nominal_params()
+        products = list(itertools.product(*values))  # row-major over [n1, (n2)]; a value may repeat
+        cells = []
+        for point in products:
+            cell = dict(zip(axes, point))
+            cells.append(_returns_at(env_for(cell), actor, nominal, cell, episodes, seed))
+        ones = tuple(_nominal_value(name) for name in axes)
         if ones in products:
             nominal_returns = cells[products.index(ones)]
         else:
-            nominal_returns = _returns_at(env, actor, nominal, {}, episodes, seed)
+            nominal_returns = _returns_at(env_for({}), actor, nominal, {}, episodes, seed)
     finally:
-        env.close()
+        for env in envs.values():
+            env.close()
     shape = (*(len(v) for v in values), episodes)
     returns = np.asarray(cells, dtype=np.float64).reshape(shape)
     result = TransferResult(axes, values, returns, list(nominal_returns), str(source), kind, env_id, episodes, seed)
     write_transfer(result, out)
     return result
+
+
+def _axis_label(name: str) -> str:
+    return {"action_delay": "action_delay (control ticks)", "push_force": "push_force (N)"}.get(name, f"{name} scale")
 
 
 def write_transfer(result: TransferResult, out: Path) -> tuple[Path, Path]:
@@ -319,8 +378,8 @@ def write_transfer(result: TransferResult, out: Path) -> tuple[Path, Path]:
         x = np.asarray(result.values[0])
         (line,) = axis.plot(x, mean, marker="o", label="mean return")
         axis.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, label="+- std")
-        axis.axvline(1.0, color="grey", linestyle=":", label="nominal")
-        axis.set_xlabel(f"{result.axes[0]} scale")
+        axis.axvline(_nominal_value(result.axes[0]), color="grey", linestyle=":", label="nominal")
+        axis.set_xlabel(_axis_label(result.axes[0]))
         axis.set_ylabel("return")
         axis.grid(alpha=0.3)
         axis.legend()
@@ -332,8 +391,8 @@ def write_transfer(result: TransferResult, out: Path) -> tuple[Path, Path]:
             axis.text(j, i, f"{value:.1f}\n+-{std[i, j]:.1f}", ha="center", va="center", fontsize=8, color=color)
         axis.set_xticks(range(len(result.values[1])), [f"{v:g}" for v in result.values[1]])
         axis.set_yticks(range(len(result.values[0])), [f"{v:g}" for v in result.values[0]])
-        axis.set_xlabel(f"{result.axes[1]} scale")
-        axis.set_ylabel(f"{result.axes[0]} scale")
+        axis.set_xlabel(_axis_label(result.axes[1]))
+        axis.set_ylabel(_axis_label(result.axes[0]))
         figure.colorbar(image, ax=axis, label="mean return")
     axis.set_title(f"{result.env_id}: {result.episodes} episodes per cell (seed {result.seed})")
     figure.tight_layout()
@@ -356,7 +415,7 @@ def register(app, fail) -> None:
         seed: int = typer.Option(0, "--seed", help="reset seed, the same for every cell"),
         out: Path | None = typer.Option(None, "--out", help="output directory (default RUN_OR_EXPORT/transfer)"),
     ) -> None:
-        """Returns of the policy over a grid of dynamics (mass, friction, damping, motor gain) of its native task."""
+        """Returns of the policy over a grid of dynamics (mass, friction, damping, motor gain, delay, pushes)."""
         try:
             if not grid:
                 raise ConfigError(f"give one or two --grid NAME=LOW:HIGH:COUNT axes, {_EXAMPLE}")

@@ -82,6 +82,35 @@ def test_nominal_cell_is_robopt_eval_and_mass_changes_returns(hopper, tmp_path):
     np.testing.assert_allclose(off.returns[0], result.returns[2, 1], atol=1e-9)  # same cell, same numbers
 
 
+def test_parse_disturbance_axes():
+    assert parse_grid_axis("action_delay=0:2:3") == ("action_delay", [0.0, 1.0, 2.0])
+    assert parse_grid_axis("push_force=0:200:3") == ("push_force", [0.0, 100.0, 200.0])
+
+
+def test_delay_and_push_cells(hopper, tmp_path):
+    # The zero cells of the disturbance axes are the nominal env itself. A delay cell is the policy on the native
+    # env with that fixed action_delay (the delay draw at reset makes its start states other draws than the
+    # nominal cell's, the same for every policy); a 300 N push cell moves the returns.
+    from robopt.envs import make_env
+
+    run_dir, _ = hopper
+    result = evaluate_transfer(run_dir, {"action_delay": [0.0, 2.0], "push_force": [0.0, 300.0]}, 4, 3, tmp_path)
+    reference = _reference(run_dir, 4, 3)
+    assert result.returns.shape == (2, 2, 4) and result.axes == ("action_delay", "push_force")
+    np.testing.assert_allclose(result.returns[0, 0], reference, atol=1e-4)
+    np.testing.assert_allclose(result.nominal_returns, reference, atol=1e-4)
+    _, policy = load_policy(run_dir)
+    delayed = make_env("mujoco/Hopper", 4, backend="mujoco", max_episode_steps=100,
+                       randomization={"action_delay": [2, 2]})  # fmt: skip
+    try:
+        np.testing.assert_allclose(result.returns[1, 0], evaluate_policy(policy, delayed, 4, 3).returns, atol=1e-4)
+    finally:
+        delayed.close()
+    assert np.abs(result.returns[1, 0] - result.returns[0, 0]).max() > 0.1  # the delay matters
+    assert np.abs(result.returns[0, 1] - result.returns[0, 0]).max() > 0.1  # 300 N pushes change the episodes
+    assert (tmp_path / "transfer.png").stat().st_size > 0
+
+
 def test_repeated_factors_keep_every_cell_in_product_order(hopper, tmp_path):
     run_dir, _ = hopper
     grid = {"body_mass": [1.0, 2.0, 1.0], "geom_friction": [0.5, 0.5]}  # factors repeated on both axes
@@ -90,7 +119,7 @@ def test_repeated_factors_keep_every_cell_in_product_order(hopper, tmp_path):
     np.testing.assert_array_equal(result.returns[0], result.returns[2])  # body_mass 1 twice: the same numbers
     np.testing.assert_array_equal(result.returns[:, 0], result.returns[:, 1])  # geom_friction 0.5 twice
     assert np.abs(result.returns[1] - result.returns[0]).max() > 0.1  # body_mass 2 is its own cell
-    with pytest.raises(ConfigError, match="LOW == HIGH gives one factor"):
+    with pytest.raises(ConfigError, match="LOW == HIGH gives one value"):
         parse_grid_axis("body_mass=1:1:3")
 
 
@@ -180,8 +209,11 @@ def test_cli_prints_the_table(hopper, tmp_path):
         (["--grid", "body_mass=0.5:1.5:0"], "COUNT must be at least 1"),
         (["--grid", "body_mass=0:1.5:3"], "need 0 < LOW <= HIGH"),
         (["--grid", "body_mass=2:1:3"], "need 0 < LOW <= HIGH"),
-        (["--grid", "body_mass=1:1:3"], "LOW == HIGH gives one factor; use COUNT 1 or LOW < HIGH"),
-        (["--grid", "gravity=0.5:1:2"], "allowed: body_mass, geom_friction, dof_damping, actuator_gain"),
+        (["--grid", "body_mass=1:1:3"], "LOW == HIGH gives one value; use COUNT 1 or LOW < HIGH"),
+        (["--grid", "gravity=0.5:1:2"], "allowed: body_mass, geom_friction, dof_damping, actuator_gain, action_delay"),
+        (["--grid", "action_delay=0:1:3"], "need whole control ticks 0..1000"),
+        (["--grid", "action_delay=-1:1:3"], "need 0 <= LOW <= HIGH"),
+        (["--grid", "push_force=-5:10:3"], "need 0 <= LOW <= HIGH"),
         (["--grid", "body_mass=1:1:1", "--grid", "dof_damping=1:1:1", "--grid", "actuator_gain=1:1:1"], "one or two"),
         (["--grid", "body_mass=1:1:1", "--grid", "body_mass=1:2:2"], "given twice"),
         (["--grid", "body_mass=1:1:1", "--episodes", "0"], "--episodes must be at least 1"),
