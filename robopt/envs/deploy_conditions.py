@@ -8,7 +8,9 @@ Training under the same conditions the deployment imposes is the remedy. Per env
                       the previous sent action (which starts at zero clamped into the bounds), as the deploy
                       runtime's safety layer (robopt.sim2real.safety)
     actuator delay    the action sent at step t is applied from step t + ``delay_ticks``; zero before any arrives,
-                      as the simulated robot (robopt.sim2real.simrobot)
+                      as the simulated robot (robopt.sim2real.simrobot). ``[low, high]`` draws the delay per
+                      episode (from the env's RNG): a deployed observation is up to one control period old as
+                      well (latency and the phase between robot and controller), so its effective delay varies
     sensor noise      N(0, ``obs_noise``^2) added to each observation value, drawn from the env's own RNG
 
 For Gymnasium envs (backend ``gymnasium``); native ``mujoco/<Task>`` envs have ``randomization.action_delay`` and
@@ -28,11 +30,17 @@ OPTIONS = ("delay_ticks", "max_action_delta", "obs_noise")
 class DeployConditions(gym.Wrapper):
     """Rate limit, actuator delay and sensor noise around one Gymnasium env with a Box action space."""
 
-    def __init__(self, env: gym.Env, delay_ticks: int = 0, max_action_delta=None, obs_noise: float = 0.0) -> None:
+    def __init__(self, env: gym.Env, delay_ticks=0, max_action_delta=None, obs_noise: float = 0.0) -> None:
         super().__init__(env)
-        if isinstance(delay_ticks, bool) or not isinstance(delay_ticks, int) or not 0 <= delay_ticks <= 1000:
+        bounds = list(delay_ticks) if isinstance(delay_ticks, (list, tuple)) else [delay_ticks, delay_ticks]
+        if (
+            len(bounds) != 2
+            or not all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 1000 for b in bounds)
+            or bounds[0] > bounds[1]
+        ):
             raise ValueError(
-                f"env.kwargs.deploy_conditions.delay_ticks must be an integer in [0, 1000], got {delay_ticks!r}"
+                "env.kwargs.deploy_conditions.delay_ticks must be an integer in [0, 1000] or [low, high] integers "
+                f"with low <= high, got {delay_ticks!r}"
             )
         if isinstance(obs_noise, bool) or not isinstance(obs_noise, (int, float)) or not 0 <= obs_noise < np.inf:
             raise ValueError(f"env.kwargs.deploy_conditions.obs_noise must be a number >= 0, got {obs_noise!r}")
@@ -50,13 +58,13 @@ class DeployConditions(gym.Wrapper):
                     f"numbers > 0 (null: no limit), got {max_action_delta!r}"
                 )
             self.delta = delta
-        self.delay_ticks, self.obs_noise = int(delay_ticks), float(obs_noise)
-        self._start_episode()
+        self.delay_range, self.obs_noise = (int(bounds[0]), int(bounds[1])), float(obs_noise)
+        self._start_episode(self.delay_range[0])
 
-    def _start_episode(self) -> None:
+    def _start_episode(self, delay: int) -> None:
         zero = np.clip(np.zeros(self.low.shape), self.low, self.high)
         self.last_sent = zero
-        self.pending = deque(np.zeros(self.low.shape) for _ in range(self.delay_ticks))  # applied next, in order
+        self.pending = deque(np.zeros(self.low.shape) for _ in range(delay))  # applied next, in order
 
     def _sense(self, obs):
         if self.obs_noise == 0.0:
@@ -66,7 +74,9 @@ class DeployConditions(gym.Wrapper):
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
-        self._start_episode()
+        low, high = self.delay_range
+        delay = low if low == high else int(self.env.unwrapped.np_random.integers(low, high + 1))
+        self._start_episode(delay)
         return self._sense(obs), info
 
     def step(self, action):

@@ -43,6 +43,16 @@ def test_rate_limit_matches_the_deploy_safety_layer() -> None:
         assert torch.equal(obs, plain_obs), target
 
 
+def test_delay_range_is_drawn_per_episode() -> None:
+    wrapped = make_env("Pendulum-v1", 1, backend="gymnasium", deploy_conditions={"delay_ticks": [1, 3]})
+    inner = wrapped.envs[0]
+    delays = set()
+    for seed in range(30):
+        wrapped.reset(seed=seed)
+        delays.add(len(inner.pending))
+    assert delays == {1, 2, 3}
+
+
 def test_delay_and_rate_limit_restart_with_each_episode() -> None:
     wrapped, plain = _pair(delay_ticks=2, max_action_delta=1.0)
     wrapped.reset(seed=1)
@@ -92,7 +102,8 @@ def test_checkpointed_state_continues_identically(tmp_path) -> None:
     ("conditions", "message"),
     [
         ({"delay": 1}, "deploy_conditions: unknown delay; allowed: delay_ticks, max_action_delta, obs_noise"),
-        ({"delay_ticks": -1}, "deploy_conditions.delay_ticks must be an integer in \\[0, 1000\\], got -1"),
+        ({"delay_ticks": -1}, "deploy_conditions.delay_ticks must be an integer in \\[0, 1000\\] or \\[low, high\\]"),
+        ({"delay_ticks": [2, 1]}, "with low <= high, got \\[2, 1\\]"),
         ({"delay_ticks": 1.5}, "deploy_conditions.delay_ticks must be an integer"),
         ({"max_action_delta": 0}, "deploy_conditions.max_action_delta must be a number > 0"),
         ({"max_action_delta": [1.0, 2.0]}, "deploy_conditions.max_action_delta must be a number > 0 or 1 numbers"),
