@@ -58,6 +58,45 @@ def table(mean: np.ndarray, axes, values) -> str:
     return "\n".join(lines)
 
 
+def plot_summary(summary: dict, out: Path) -> list[Path]:
+    """One figure per grid: each arm's mean return per cell over seeds, side by side; ``out/<grid>.png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for grid_name, arms in summary["grids"].items():
+        figure, panels = plt.subplots(1, len(arms), figsize=(5.2 * len(arms), 4.2), squeeze=False)
+        top = max(float(np.max(a["mean"])) for a in arms.values())
+        for panel, (arm, data) in zip(panels[0], arms.items()):
+            mean, axes = np.asarray(data["mean"]), data["axes"]
+            title = f"{summary['task']} {arm}: nominal {np.mean(data['nominal']):.0f}, kept {np.mean(data['kept']):.0%}"
+            if len(axes) == 1:
+                panel.plot(axes[0]["values"], mean, marker="o")
+                panel.set_xlabel(axes[0]["name"])
+                panel.set_ylabel("return (mean over seeds)")
+                panel.set_ylim(0, top * 1.05)
+                panel.grid(alpha=0.3)
+            else:
+                image = panel.imshow(mean, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=top)
+                for (i, j), value in np.ndenumerate(mean):
+                    panel.text(j, i, f"{value:.0f}", ha="center", va="center", fontsize=8,
+                               color="black" if value > top / 2 else "white")  # fmt: skip
+                panel.set_xticks(range(len(axes[1]["values"])), [f"{v:g}" for v in axes[1]["values"]])
+                panel.set_yticks(range(len(axes[0]["values"])), [f"{v:g}" for v in axes[0]["values"]])
+                panel.set_xlabel(axes[1]["name"])
+                panel.set_ylabel(axes[0]["name"])
+                figure.colorbar(image, ax=panel)
+            panel.set_title(title, fontsize=9)
+        figure.tight_layout()
+        path = out / f"{summary['task'].lower()}_{grid_name}.png"
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        paths.append(path)
+    return paths
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="Hopper", choices=["Hopper", "Walker2d"])
@@ -96,7 +135,8 @@ def main() -> None:
             }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"\nwrote {args.out / 'summary.json'}")
+    figures = plot_summary(summary, args.out)
+    print(f"\nwrote {args.out / 'summary.json'} and {', '.join(str(f) for f in figures)}")
 
 
 if __name__ == "__main__":
