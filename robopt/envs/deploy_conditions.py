@@ -24,6 +24,8 @@ from collections import deque
 import gymnasium as gym
 import numpy as np
 
+from robopt.sim2real.safety import limit_rate  # numpy only
+
 OPTIONS = ("delay_ticks", "max_action_delta", "obs_noise")
 
 
@@ -81,11 +83,7 @@ class DeployConditions(gym.Wrapper):
 
     def step(self, action):
         sent = np.clip(np.asarray(action, dtype=np.float64), self.low, self.high)
-        if self.delta is not None:
-            sent = np.clip(
-                self.last_sent + np.clip(sent - self.last_sent, -self.delta, self.delta), self.low, self.high
-            )
-        self.last_sent = sent
+        sent = self.last_sent = limit_rate(sent, self.last_sent, self.delta, self.low, self.high)
         self.pending.append(sent)
         applied = self.pending.popleft()
         obs, reward, terminated, truncated, info = self.env.step(applied.astype(self.env.action_space.dtype))

@@ -68,6 +68,18 @@ def flag_names(flags: int) -> list[str]:
     return [name for bit, name in FLAG_NAMES.items() if flags & bit]
 
 
+def limit_rate(target: np.ndarray, last: np.ndarray, max_delta, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """``target`` [A] moved at most ``max_delta`` [A] from ``last`` [A] (None: no limit), within [low, high].
+
+    The rate limit of the safety layer, shared with training under deploy conditions
+    (robopt.envs.deploy_conditions). The final clamp only undoes rounding when target and last are in bounds.
+    """
+    if max_delta is None:
+        return np.minimum(np.maximum(target, low), high)
+    step = np.minimum(np.maximum(target - last, -max_delta), max_delta)
+    return np.minimum(np.maximum(last + step, low), high)
+
+
 def _vector(name: str, value, size: int) -> np.ndarray:
     array = np.asarray(value, dtype=np.float64)
     if array.ndim == 0:
@@ -268,11 +280,7 @@ class SafetyLayer:
         return clamped, flags
 
     def _rate_limit(self, target: np.ndarray) -> np.ndarray:
-        if self.max_action_delta is None:
-            return np.minimum(np.maximum(target, self.action_low), self.action_high)
-        step = np.minimum(np.maximum(target - self.last_action, -self.max_action_delta), self.max_action_delta)
-        # the final clamp only undoes rounding: last_action and target are both within the bounds
-        return np.minimum(np.maximum(self.last_action + step, self.action_low), self.action_high)
+        return limit_rate(target, self.last_action, self.max_action_delta, self.action_low, self.action_high)
 
     def _note_fault(self, faulty: bool) -> None:
         self._last_tick_faulty, self._faults_before = faulty, self.consecutive_faults
