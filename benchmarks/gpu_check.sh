@@ -4,7 +4,8 @@
 #   2. PPO env steps per second on MuJoCo Warp: Ant and Humanoid at 1024 and 4096 envs, then at 4096 envs with the
 #      substeps replayed from a CUDA graph (env.kwargs.graph=true);
 #   3. env steps per second of the many-env SAC config (configs/sac_halfcheetah_fast.yaml) on MuJoCo Warp;
-#   4. time to a deterministic return of 3000 on HalfCheetah with the GPU PPO config (4096 envs, CUDA graph).
+#   4. time to a deterministic return of 3000 on HalfCheetah with the GPU PPO config (configs/ppo_halfcheetah_gpu.yaml:
+#      1024 envs, CUDA graph).
 # Without CUDA the CUDA lines are skipped (one line says so) and their CPU twins run instead, small.
 # It installs nothing unless ROBOPT_WHEELS names a folder of wheels to install first (a GPU machine with no
 # package registry: carry mujoco, mujoco-warp, warp-lang, gymnasium wheels there), and imports robopt from
@@ -12,6 +13,8 @@
 # GPU_CHECK_LOG_DIR=DIR keeps every step's whole output in DIR/<step>.log (the printed line is its last line);
 # GPU_CHECK_DEADLINE_S=N runs each step under the seconds left of N and skips, with a line, what no longer fits,
 # so a leased machine's time limit cuts the check short without losing the figures already printed.
+# GPU_CHECK_STEPS="name ..." runs only the named steps (the names of the log files, e.g. tests_gpu
+# physics_HalfCheetah_4096_graph time_to_3000), for a second lease that reruns what the first one missed.
 #
 #   benchmarks/gpu_check.sh                           # here, or on a GPU machine with the deps installed
 #   ROBOPT_WHEELS=.whl PYTHON=python3 GPU_CHECK_LOG_DIR=logs GPU_CHECK_DEADLINE_S=540 benchmarks/gpu_check.sh
@@ -35,6 +38,7 @@ SECONDS_PER_LINE=$([ "$QUICK" = 1 ] && echo 2 || echo "${GPU_CHECK_SECONDS:-20}"
 LOG_DIR="${GPU_CHECK_LOG_DIR:-}"
 DEADLINE="${GPU_CHECK_DEADLINE_S:-0}"
 [[ "$DEADLINE" =~ ^[0-9]+$ ]] || { say "GPU_CHECK_DEADLINE_S must be a whole number of seconds, got '$DEADLINE'"; exit 2; }
+ONLY="${GPU_CHECK_STEPS:-}"
 if [ -n "$LOG_DIR" ]; then mkdir -p "$LOG_DIR" || { say "cannot create GPU_CHECK_LOG_DIR $LOG_DIR"; exit 2; }; fi
 
 info=$("$PY" -c 'import sys, torch
@@ -51,6 +55,7 @@ start=$SECONDS
 step() {
   local name="$1" filter="$2" log rc left
   shift 2
+  if [ -n "$ONLY" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
   log=$(mktemp)
   if [ "$DEADLINE" -gt 0 ]; then
     left=$((DEADLINE - (SECONDS - start)))
@@ -84,7 +89,13 @@ throughput() {  # name, label, config, overrides...
 }
 
 if [ "$cuda" = 1 ]; then
-  # 2. PPO on MuJoCo Warp: 32 steps per env per rollout, 4 minibatches per epoch (the rollout grows with N)
+  # 2a. physics alone (random actions), HalfCheetah at 4096 envs, eager launches and then replayed from a CUDA graph
+  for graph in "" --graph; do
+    step "physics_HalfCheetah_4096${graph:+_graph}" "^backend=|^HalfCheetah" "$PY" benchmarks/env_throughput.py \
+      --tasks HalfCheetah --num-envs 4096 --backend mujoco_warp --device cuda --no-peers --env-steps 409600 \
+      --repeats 2 $graph
+  done
+  # 2b. PPO on MuJoCo Warp: 32 steps per env per rollout, 4 minibatches per epoch (the rollout grows with N)
   for task in Ant Humanoid; do
     for n in 1024 4096; do
       throughput "ppo_${task}_$n" "PPO mujoco_warp mujoco/$task $n envs" configs/ppo_halfcheetah_fast.yaml \
@@ -100,10 +111,10 @@ if [ "$cuda" = 1 ]; then
   throughput sac_halfcheetah_1024 "SAC mujoco_warp mujoco/HalfCheetah 1024 envs" configs/sac_halfcheetah_fast.yaml \
     env.backend=mujoco_warp device=cuda env.num_envs=1024 algo.loop.batch_size=8192 algo.loop.gradient_steps=8 \
     algo.loop.learning_starts=10240 algo.loop.iteration_steps=10240
-  # 4. time to 3000 with the GPU PPO config (4096 envs, CUDA graph), capped at 2 minutes of training
+  # 4. time to 3000 with the GPU PPO config (ppo_halfcheetah_gpu.yaml: 1024 envs, CUDA graph), capped at 2 minutes
   step time_to_3000 "^seed 0" "$PY" benchmarks/time_to_return.py --contestants ppo --seeds 0 --levels 3000 \
-    --budget-s 120 --eval-every 131072 \
-    --override env.backend=mujoco_warp device=cuda env.num_envs=4096 algo.minibatch_size=32768 env.kwargs.graph=true
+    --budget-s 120 --max-steps 40000000 --eval-every 524288 \
+    --override env.backend=mujoco_warp device=cuda env.num_envs=1024 algo.minibatch_size=8192 env.kwargs.graph=true
 else
   say "no CUDA device: skipped tests/gpu's CUDA tests, PPO and SAC on MuJoCo Warp, and the GPU time to return;" \
     "their CPU twins follow"

@@ -39,12 +39,32 @@ def available_device(name: str) -> torch.device:
     return torch.device("cpu") if device.type == "cuda" and not torch.cuda.is_available() else device
 
 
+def check_device(name: str) -> torch.device:
+    """``name`` as a torch device that this machine has; otherwise a one-line ConfigError (training, unlike
+    evaluation, never falls back to the CPU silently)."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device={name!r} is not a torch device; use cpu, cuda or cuda:<index>") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"device={name!r} but torch {torch.__version__} sees no CUDA device here; use device=cpu"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"device={name!r} but this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device={name!r}: robopt trains on cpu or cuda")
+    return device
+
+
 def build_env(config: ExperimentConfig, num_envs: int | None = None, **extra):
     """The VecEnv of a config; env construction errors become one-line ConfigErrors.
 
     A policy acting in chunks of H > 1 actions (``policy.horizon``, diffusion) gets the env wrapped in
     ``robopt.envs.chunking.ActionChunkEnv``: one decision steps the env H times.
     """
+    check_device(config.device)
     try:
         env = make_env(
             config.env.id, num_envs or config.env.num_envs, backend=config.env.backend, device=config.device,
@@ -193,6 +213,7 @@ def build_loop(config: ExperimentConfig, initialize: bool = False, collective: C
     ``collective`` (a data-parallel run's, ``robopt.distributed``): this rank builds its share of the envs and
     minibatch (``rank_config``); only on-policy runs support several ranks.
     """
+    check_device(config.device)
     seed_everything(config.seed)
     torch.set_num_threads(resolve_torch_threads(config)[0])
     kind = run_kind(config)

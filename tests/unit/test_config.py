@@ -71,3 +71,23 @@ def test_every_field_is_documented():
         rows += describe_fields(spec.config_cls, "policy.")
     undocumented = [key for key, _, doc in rows if not doc]
     assert undocumented == []
+
+
+@pytest.mark.parametrize(
+    "device, message",
+    [("gpu", "is not a torch device"), ("cuda:x", "is not a torch device"), ("mps", "robopt trains on cpu or cuda")],
+)
+def test_training_refuses_a_device_it_cannot_use(device, message):
+    from robopt.build import check_device
+
+    with pytest.raises(ConfigError, match=message):
+        check_device(device)
+    assert check_device("cpu").type == "cpu"
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is present")
+def test_training_on_cuda_without_a_gpu_is_one_line():
+    from robopt.build import check_device
+
+    with pytest.raises(ConfigError, match="sees no CUDA device here; use device=cpu"):
+        check_device("cuda")
