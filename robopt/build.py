@@ -48,9 +48,7 @@ def check_device(name: str) -> torch.device:
         raise ConfigError(f"device={name!r} is not a torch device; use cpu, cuda or cuda:<index>") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError(
-                f"device={name!r} but torch {torch.__version__} sees no CUDA device here; use device=cpu"
-            )
+            raise ConfigError(f"device={name!r} but torch {torch.__version__} sees no CUDA device here; use device=cpu")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ConfigError(f"device={name!r} but this machine has {torch.cuda.device_count()} CUDA device(s)")
     elif device.type not in ("cpu", "cuda"):
