@@ -8,7 +8,7 @@ CONFIG ?= configs/ppo_halfcheetah_fast.yaml
 TEST_WORKERS ?= auto
 XDIST := -n $(TEST_WORKERS) --maxprocesses=4 --dist loadgroup
 
-.PHONY: train test test-fast test-portability bench lint format clean
+.PHONY: train test test-fast test-portability test-isaac isaac bench lint format clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,32 @@ test-fast: $(STAMP)
 test-portability: $(STAMP)
 	bash .ci/portability $(BIN)/python $(XDIST) $(ARGS)
 
+# Isaac Lab 3.0 (kit-less, Newton physics on the MuJoCo Warp solver) in its own venv: its pins (mujoco 3.12,
+# warp-lang 1.17, torch 2.11) conflict with .venv's. isaaclab 3.0.0 declares Python >= 3.12 but imports and runs on
+# 3.11, so it alone goes in with --no-deps --ignore-requires-python, and its imports' needs are listed by hand
+# (docs/isaac.md). torch stays the CPU 2.13.0 (Isaac Lab's code runs on it; its 2.11 pin would pull CUDA).
+ISAAC_VENV := .venv-isaac
+ISAAC_BIN := $(ISAAC_VENV)/bin
+ISAAC_STAMP := $(ISAAC_VENV)/.installed
+ISAAC_DEPS := warp-lang==1.17.0 'newton[sim]==1.6.1' lazy_loader pyyaml hydra-core prettytable rich \
+	omniverseclient==2.74.0 usd-exchange==3.0.1 mujoco-usd-converter==0.6.1 'pytest>=8.0,<9' pytest-timeout \
+	'onnx>=1.16' 'onnxscript>=0.2' 'onnxruntime>=1.18'
+
+$(ISAAC_STAMP): pyproject.toml
+	test -x $(ISAAC_BIN)/python || $(PYTHON) -m venv $(ISAAC_VENV)
+	$(ISAAC_BIN)/pip install -q --upgrade pip
+	$(ISAAC_BIN)/pip install -q torch==2.13.0
+	$(ISAAC_BIN)/pip install -q 'uv>=0.5'
+	$(ISAAC_BIN)/uv pip install -q --python $(ISAAC_BIN)/python -e . $(ISAAC_DEPS)
+	$(ISAAC_BIN)/pip install -q --no-deps --ignore-requires-python isaaclab==3.0.0
+	touch $(ISAAC_STAMP)
+
+isaac: $(ISAAC_STAMP)
+
+# The Isaac Lab tests (tests/isaac, skipped in .venv) in the Isaac venv.
+test-isaac: $(ISAAC_STAMP)
+	$(ISAAC_BIN)/python -m pytest -q -p no:cacheprovider --timeout 900 tests/isaac $(ARGS)
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/ppo_vs_sb3.py
 
@@ -47,4 +73,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix robopt tests benchmarks scripts
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(ISAAC_VENV) build *.egg-info

@@ -3,7 +3,8 @@
 #   1. tests/gpu (MuJoCo Warp on CUDA: contract at 4096 envs, parity with the CPU backend);
 #   2. PPO env steps per second on MuJoCo Warp: Ant and Humanoid at 1024 and 4096 envs, then at 4096 envs with the
 #      substeps replayed from a CUDA graph (env.kwargs.graph=true);
-#   3. env steps per second of the many-env SAC config (configs/sac_halfcheetah_fast.yaml) on MuJoCo Warp;
+#   3. env steps per second of the many-env SAC config (configs/sac_halfcheetah_fast.yaml) on MuJoCo Warp, and of
+#      Isaac Lab's cart-pole at 4096 envs where the Python has Isaac Lab (benchmarks/isaac_throughput.py);
 #   4. time to a deterministic return of 3000 on HalfCheetah with the GPU PPO config (configs/ppo_halfcheetah_gpu.yaml:
 #      1024 envs, CUDA graph).
 # Without CUDA the CUDA lines are skipped (one line says so) and their CPU twins run instead, small.
@@ -111,6 +112,13 @@ if [ "$cuda" = 1 ]; then
   throughput sac_halfcheetah_1024 "SAC mujoco_warp mujoco/HalfCheetah 1024 envs" configs/sac_halfcheetah_fast.yaml \
     env.backend=mujoco_warp device=cuda env.num_envs=1024 algo.loop.batch_size=8192 algo.loop.gradient_steps=8 \
     algo.loop.learning_starts=10240 algo.loop.iteration_steps=10240
+  # 3b. Isaac Lab's cart-pole on CUDA at 4096 envs beside MuJoCo Warp's InvertedPendulum (where $PY has Isaac Lab)
+  if "$PY" -c "import isaaclab" >/dev/null 2>&1; then
+    step isaac_cartpole_4096 "^ +4096" "$PY" benchmarks/isaac_throughput.py --device cuda \
+      --native-backend mujoco_warp --num-envs 4096 --steps 100
+  else
+    say "isaac_cartpole_4096: skipped, $PY has no Isaac Lab (make isaac builds a venv with it; docs/isaac.md)"
+  fi
   # 4. time to 3000 with the GPU PPO config (ppo_halfcheetah_gpu.yaml: 1024 envs, CUDA graph), capped at 2 minutes
   step time_to_3000 "^seed 0" "$PY" benchmarks/time_to_return.py --contestants ppo --seeds 0 --levels 3000 \
     --budget-s 120 --max-steps 40000000 --eval-every 524288 \

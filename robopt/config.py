@@ -45,9 +45,14 @@ __all__ = [
 
 @dataclass(frozen=True)
 class EnvConfig:
-    id: str = option("HalfCheetah-v5", "env id: a Gymnasium id (HalfCheetah-v5) or a native task (mujoco/HalfCheetah)")
+    id: str = option(
+        "HalfCheetah-v5",
+        "env id: a Gymnasium id (HalfCheetah-v5), a native task (mujoco/HalfCheetah) or an Isaac Lab id (Isaac-<Task>)",
+    )
     num_envs: int = option(1, "number of parallel environments N")
-    backend: str = option("auto", "simulation backend", ("auto", "gymnasium", "mujoco", "mujoco_warp", "torch"))
+    backend: str = option(
+        "auto", "simulation backend", ("auto", "gymnasium", "isaaclab", "mujoco", "mujoco_warp", "torch")
+    )
     kwargs: dict = option({}, "extra keyword arguments passed to the env constructor")
 
 

@@ -158,7 +158,7 @@ def _train(config, collective: Collective, resume_dir, progress, stop_at_iterati
         print(_describe_start(config, loop, run_dir, resume_dir is not None, collective), flush=True)
     # A loop that knows its own length (behaviour cloning: epochs) says so; on-policy loops run total_steps.
     total_iterations = getattr(loop, "total_iterations", None) or max(1, config.total_steps // loop.steps_per_iteration)
-    last_return, stopped = None, False
+    last_return, stopped, env_open = None, False, True
     from robopt.progress import TrainingProgress
 
     try:
@@ -194,6 +194,9 @@ def _train(config, collective: Collective, resume_dir, progress, stop_at_iterati
                     break
         complete = loop.iteration_count >= total_iterations or getattr(loop, "finished", False)
         if writer and not stopped and complete and config.log.eval_episodes > 0:
+            # the training envs close first: a simulator with one instance per process (Isaac Lab) needs that
+            env_open = False
+            loop.env.close()
             evaluation = final_evaluation(config, loop.policy, run_dir)
             scores = {"return": evaluation["mean_return"], "return_std": evaluation["std_return"]}
             if "success_rate" in evaluation:
@@ -202,7 +205,8 @@ def _train(config, collective: Collective, resume_dir, progress, stop_at_iterati
     finally:
         if logger is not None:
             logger.close()
-        loop.env.close()
+        if env_open:
+            loop.env.close()
     return TrainResult(run_dir, loop.env_steps, loop.iteration_count, last_return, stopped, collective.world_size)
 
 

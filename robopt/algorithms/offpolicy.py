@@ -22,6 +22,7 @@ import torch
 from robopt.buffers.replay import ReplayBuffer
 from robopt.core.errors import NonFiniteError
 from robopt.distributed.collective import LOCAL, Collective
+from robopt.envs.episode_stats import EnvLog
 from robopt.options import ConfigError, option
 
 
@@ -71,6 +72,7 @@ class OffPolicyLoop:
         self.obs = env.reset(seed=seed)  # [N, D]
         self.generator = torch.Generator(device=env.device).manual_seed(seed)
         self.iteration_count, self.env_steps = 0, 0
+        self.env_log = EnvLog()  # env statistics (info["log"]) of the current iteration
         self.uses_priorities = hasattr(replay.sampler, "anneal")  # uniform sampling: skip the priority update
         # the observation normalizer actor and critics share, fed every observation the loop collects
         self.normalizer = policy.normalizer if policy.normalizer.enabled else None
@@ -144,6 +146,7 @@ class OffPolicyLoop:
             self.replay.extend(self.obs, action, reward, info["final_obs"], terminated, truncated)
             returns.append(info["episode_return"])
             lengths.append(info["episode_length"])
+            self.env_log.add(info)
             if "is_success" in info:  # goal tasks: success of the episode that ended (its last observation)
                 successes.append(info["is_success"] & (terminated | truncated))
             self.obs = next_obs
@@ -159,6 +162,7 @@ class OffPolicyLoop:
 
     def iteration(self, progress: float) -> dict[str, float]:
         returns, lengths, finite, successes, sums, updates = [], [], [], [], {}, 0
+        self.env_log = EnvLog()
         for _ in range(self.phases_per_iteration):
             phase_returns, phase_lengths, phase_finite, phase_success = self.collect()
             returns.append(phase_returns)
@@ -182,6 +186,7 @@ class OffPolicyLoop:
         episode_return, episode_length = torch.cat(returns)[ended], episode_length[ended]
         if self.collective.world_size > 1:  # episodes that ended on any rank
             success = torch.cat(successes)[ended] if successes else None
+            values |= self.env_log.values()
             return values | self.collective.episode_values(episode_return, episode_length, success)
         if episode_return.numel() > 0:
             values["episode_return"] = float(episode_return.mean())
@@ -189,7 +194,7 @@ class OffPolicyLoop:
             if successes:
                 values["success_rate"] = float(torch.cat(successes)[ended].float().mean())
         values["episodes"] = float(episode_return.numel())
-        return values
+        return values | self.env_log.values()
 
     def _update_phase(self, progress: float, sums: dict[str, torch.Tensor]) -> int:
         """``gradient_steps`` updates once warm-up is over; metrics summed into ``sums``; returns the count."""

@@ -25,6 +25,7 @@ from robopt.core.normalization import RewardScaler
 from robopt.core.protocols import Policy, VecEnv
 from robopt.core.shapes import check_shape
 from robopt.distributed.collective import LOCAL, Collective
+from robopt.envs.episode_stats import EnvLog
 from robopt.options import ConfigError, option
 
 __all__ = ["NonFiniteError", "OnPolicyAlgorithm", "OnPolicyLoop", "RolloutConfig"]
@@ -128,6 +129,7 @@ class OnPolicyLoop:
         self.iteration_count = 0
         self.env_steps = 0
         self.accuracy: list[torch.Tensor] = []
+        self.env_log = EnvLog()
         self.verifier_failures: list[torch.Tensor] = []
 
     @property
@@ -144,6 +146,7 @@ class OnPolicyLoop:
         ended_return, ended_length = [], []  # T tensors of [N]
         self.accuracy = accuracy = []
         self.verifier_failures = failures = []
+        self.env_log = env_log = EnvLog()
         obs, privileged = self.obs, None
         for t in range(storage.num_steps):
             action, info = policy.act(obs)  # [N, A]; values are computed for the whole rollout at once later
@@ -163,6 +166,7 @@ class OnPolicyLoop:
                 failures.append(env_info["verifier_failed"].sum())
             ended_return.append(env_info["episode_return"])
             ended_length.append(env_info["episode_length"])
+            env_log.add(env_info)
             obs = next_obs
         self.obs = obs
         storage.commit()
@@ -289,6 +293,7 @@ class OnPolicyLoop:
             values["accuracy"] = float(torch.stack(self.accuracy).mean())
         if self.verifier_failures:
             values["verifier_failures"] = float(torch.stack(self.verifier_failures).sum())
+        values.update(self.env_log.values())
         for name, value in values.items():
             if not math.isfinite(value):
                 raise NonFiniteError(f"iteration {self.iteration_count}: non-finite {name} ({value})")

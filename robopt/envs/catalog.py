@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from robopt.core.protocols import VecEnv
 
-BACKENDS = ("auto", "gymnasium", "mujoco", "mujoco_warp", "torch")
+BACKENDS = ("auto", "gymnasium", "isaaclab", "mujoco", "mujoco_warp", "torch")
 
 
 @dataclass(frozen=True)

@@ -41,3 +41,20 @@ class EpisodeTracker:
         if isinstance(episode_return, np.ndarray):
             return episode_return.astype(np.float32), episode_length
         return episode_return.to(torch.float32), episode_length
+
+
+class EnvLog:
+    """Means of the scalar statistics an env reports under ``info["log"]`` (Isaac Lab's ``extras["log"]``), over
+    the steps that reported each one; logged as ``env/<name>``."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, info: dict) -> None:
+        for name, value in info.get("log", {}).items():
+            self.sums[name] = self.sums.get(name, 0.0) + value
+            self.counts[name] = self.counts.get(name, 0) + 1
+
+    def values(self) -> dict[str, float]:
+        return {f"env/{name}": float(total) / self.counts[name] for name, total in self.sums.items()}

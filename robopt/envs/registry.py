@@ -7,6 +7,8 @@ Ids:
         A native task without a Gymnasium twin (``gymnasium_id=None``: the goal tasks) runs only on the native
         backends; ``auto`` never picks ``gymnasium`` for it.
     ``robopt/<Name>``: a torch-native batched task (``robopt.envs.multigoal``...); runs only on backend ``torch``.
+    ``Isaac-<Task>``: an Isaac Lab task (``Isaac-Cartpole-Direct``...); runs only on backend ``isaaclab``, in the
+        Isaac venv (``make isaac``; robopt.envs.isaaclab_env).
     Any Gymnasium id (``HalfCheetah-v5``, ``Pendulum-v1``...): backend ``gymnasium``.
 """
 
@@ -35,6 +37,12 @@ def resolve_backend(env_id: str, backend: str, device: str | torch.device, num_e
         raise ValueError(f"unknown env backend {backend!r}; allowed: {', '.join(BACKENDS)}")
     if env_id.startswith("robopt/"):
         return _torch_backend(env_id, backend)
+    if env_id.startswith("Isaac-"):
+        if backend not in ("auto", "isaaclab"):
+            raise ValueError(f"{env_id} is an Isaac Lab task; allowed backends: auto, isaaclab (not {backend!r})")
+        return "isaaclab"
+    if backend == "isaaclab":
+        raise ValueError(f"backend 'isaaclab' runs Isaac Lab task ids (Isaac-<Task>), not {env_id!r}")
     if not env_id.startswith("mujoco/"):
         return "gymnasium" if backend == "auto" else backend
     if env_id not in NATIVE_TASKS:
@@ -71,6 +79,10 @@ def make_env(env_id: str, num_envs: int, backend: str = "auto", device: str | to
     backend = resolve_backend(env_id, backend, device, num_envs, bool(kwargs))
     if env_id.startswith("robopt/"):
         return TORCH_TASKS[env_id](num_envs=num_envs, device=device, **kwargs)
+    if backend == "isaaclab":
+        from robopt.envs.isaaclab_env import IsaacLabVecEnv
+
+        return IsaacLabVecEnv(env_id, num_envs, device=device, **kwargs)
     if env_id.startswith("mujoco/"):
         task = NATIVE_TASKS[env_id]
         if backend == "gymnasium":

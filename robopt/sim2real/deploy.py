@@ -45,7 +45,7 @@ def deploy(
     gc.collect()
     gc.freeze()
     try:
-        robot = parse_robot(robot_spec, sidecar, robot_section=config.robot)
+        robot = parse_robot(robot_spec, sidecar, robot_section=config.robot, period=config.period or None)
     except BaseException:
         gc.unfreeze()
         raise

@@ -67,7 +67,7 @@ def _parse_sim_options(spec: str, query: str) -> dict[str, float | int]:
     return options
 
 
-def _sim_robot(spec: str, sidecar: Sidecar, realtime: bool) -> RobotInterface:
+def _sim_robot(spec: str, sidecar: Sidecar, realtime: bool, period: float | None = None) -> RobotInterface:
     env_id, _, query = spec[len("sim:") :].partition("?")
     if not env_id:
         raise DeployError(f"--robot {spec!r}: missing env id, e.g. sim:{sidecar.env_id}")
@@ -77,7 +77,7 @@ def _sim_robot(spec: str, sidecar: Sidecar, realtime: bool) -> RobotInterface:
     try:
         robot = SimRobot(
             env_id,
-            sidecar.control_period,
+            period or sidecar.control_period,
             obs_noise=options.get("noise", 0.0),
             latency_ms=options.get("latency_ms", 0.0),
             delay_ticks=options.get("delay_ticks", 0),
@@ -150,17 +150,24 @@ def _topic_robot(spec: str, sidecar: Sidecar, section: dict | None) -> RobotInte
 
 
 def parse_robot(
-    spec: str, sidecar: Sidecar, *, realtime: bool = True, robot_section: dict | None = None
+    spec: str,
+    sidecar: Sidecar,
+    *,
+    realtime: bool = True,
+    robot_section: dict | None = None,
+    period: float | None = None,
 ) -> RobotInterface:
     """The robot a ``--robot`` spec names; DeployError or ConfigError (one line) for a bad spec.
 
     ``realtime=False`` builds a simulated robot stepped by ``step_sync()`` (tests); network robots ignore it.
     ``robot_section`` is the deploy config's ``robot`` section (the ROS 2 and Zenoh robots' topic map).
+    ``period`` (the deploy config's, when set) is a simulated robot's tick instead of the policy's control period:
+    one env step per tick whatever the env's own dt, so a simulator slower than real time runs in slow motion.
     """
     if not isinstance(spec, str):
         raise DeployError(f"--robot must be a string, got {spec!r}")
     if spec.startswith("sim:"):
-        return _sim_robot(spec, sidecar, realtime)
+        return _sim_robot(spec, sidecar, realtime, period)
     if spec.startswith("udp://"):
         return _udp_robot(spec, sidecar)
     if spec.startswith(("ros2://", "zenoh://")):

@@ -119,6 +119,13 @@ def test_parse_robot_sim_spec():
     robot.close()
 
 
+def test_a_deploy_period_sets_the_simulated_robots_tick():
+    # a simulator slower than real time (Isaac Lab on CPU) runs in slow motion: one env step per deploy period
+    robot = parse_robot("sim:Pendulum-v1", SIDECAR, realtime=False, period=4 * PERIOD)
+    assert robot.period == 4 * PERIOD
+    robot.close()
+
+
 @pytest.mark.parametrize(
     ("spec", "match"),
     [
