@@ -42,7 +42,7 @@ test-portability: $(STAMP)
 ISAAC_VENV := .venv-isaac
 ISAAC_BIN := $(ISAAC_VENV)/bin
 ISAAC_STAMP := $(ISAAC_VENV)/.installed
-ISAAC_DEPS := warp-lang==1.17.0 'newton[sim]==1.6.1' lazy_loader pyyaml hydra-core prettytable rich \
+ISAAC_DEPS := warp-lang==1.17.0 'newton[sim]==1.6.1' lazy_loader pyyaml hydra-core prettytable rich trimesh \
 	omniverseclient==2.74.0 usd-exchange==3.0.1 mujoco-usd-converter==0.6.1 'pytest>=8.0,<9' pytest-timeout \
 	'onnx>=1.16' 'onnxscript>=0.2' 'onnxruntime>=1.18'
 

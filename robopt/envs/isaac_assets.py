@@ -10,7 +10,8 @@ remote ``usd_path`` at a local file:
    the MJCF's hash, so a changed MJCF is converted again;
 3. else a one-line ``ValueError`` naming the asset and how to provide it. Nothing is downloaded, ever.
 
-The ground plane (``GroundPlaneCfg``, a remote USD) becomes a plane converted from a one-geom MJCF.
+The ground plane (``GroundPlaneCfg``, a remote USD, and the flat ``plane`` terrain of ``TerrainImporterCfg``, which
+spawns that same USD) becomes a plane converted from a one-geom MJCF.
 Robot MJCF written for Isaac tasks keeps the joint and body names the task's code looks up (the cart-pole's
 ``slider_to_cart`` and ``cart_to_pole``); its masses and sizes are robopt's, not the cloud asset's.
 """
@@ -46,9 +47,9 @@ def convert_mjcf(mjcf: Path | str, text: str | None = None) -> Path:
     text = Path(mjcf).read_text() if text is None else text
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     out = cache_dir() / f"{Path(mjcf).stem}-{digest}"
-    usd = out / f"{Path(mjcf).stem}.usda"
-    if usd.exists():
-        return usd
+    done = sorted(out.glob("*.usda"))  # the converter names the file after the MJCF's model name
+    if done:
+        return done[0]
     source = out / "source" / f"{Path(mjcf).stem}.xml"
     source.parent.mkdir(parents=True, exist_ok=True)
     source.write_text(text)
@@ -58,9 +59,10 @@ def convert_mjcf(mjcf: Path | str, text: str | None = None) -> Path:
         Converter().convert(str(source), str(out))
     except Exception as error:  # the converter's errors are many and undocumented: report one line
         raise ValueError(f"could not convert {mjcf} to USD with mujoco-usd-converter: {error}") from None
-    if not usd.exists():
-        raise ValueError(f"mujoco-usd-converter wrote no {usd.name} for {mjcf} (in {out})")
-    return usd
+    done = sorted(out.glob("*.usda"))
+    if len(done) != 1:
+        raise ValueError(f"mujoco-usd-converter wrote {len(done)} top-level USD files for {mjcf} (in {out}), not one")
+    return done[0]
 
 
 def local_usd(remote: str, assets_dir: str) -> Path:
@@ -95,10 +97,21 @@ def localize_scene(scene_cfg, assets_dir: str = "") -> list[str]:
     Returns what was replaced, one ``"<attribute>: <remote> -> <local>"`` line each.
     """
     import isaaclab.sim as sim_utils
+    from isaaclab.terrains import TerrainImporterCfg
 
     replaced = []
     for name in list(vars(scene_cfg)):
         asset = getattr(scene_cfg, name)
+        if isinstance(asset, TerrainImporterCfg):  # a flat "plane" terrain imports the remote ground plane
+            if asset.terrain_type == "plane":
+                local = ground_usd((200.0, 200.0))
+                asset.terrain_type, asset.usd_path = "usd", str(local)
+                replaced.append(f"{name}: plane terrain -> {local}")
+            elif asset.terrain_type == "usd" and is_remote(asset.usd_path or ""):
+                local = local_usd(asset.usd_path, assets_dir)
+                replaced.append(f"{name}: {asset.usd_path} -> {local}")
+                asset.usd_path = str(local)
+            continue
         spawn = getattr(asset, "spawn", None)
         path = getattr(spawn, "usd_path", None)
         if spawn is None or not isinstance(path, str) or not is_remote(path):

@@ -184,3 +184,28 @@ def test_a_manager_based_task_through_the_same_adapter():
     done = subprocess.run([sys.executable, "-c", MANAGER_BASED], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "manager-based ok" in done.stdout
+
+
+LOCOMOTION = """
+import torch
+from robopt.envs import make_env
+env = make_env("Isaac-Ant-Direct", 4, seed=0)
+assert (env.obs_dim, env.action_dim, env.max_episode_steps) == (60, 8, 960), (env.obs_dim, env.action_dim)
+assert [line.split(":")[0] for line in env.replaced_assets] == ["terrain", "robot"], env.replaced_assets
+env.reset(seed=0)
+lowest = 1.0
+for t in range(120):
+    obs, reward, terminated, truncated, info = env.step(torch.rand(4, 8) * 2 - 1)
+    height = env.unwrapped.robot.data.root_pos_w.torch[:, 2]
+    lowest = min(lowest, float(height.min()))
+    assert obs.shape == (4, 60) and torch.isfinite(obs).all() and not truncated.any()
+assert lowest > 0.1, lowest  # the torso (radius 0.25) rests on the local ground plane, never falls through it
+print("locomotion ok", lowest)
+"""
+
+
+def test_a_locomotion_task_on_local_assets_stands_on_the_local_ground():
+    # Isaac-Ant-Direct: the robot from robopt's MJCF (ant_instanceable.xml), the flat terrain from a converted plane
+    done = subprocess.run([sys.executable, "-c", LOCOMOTION], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "locomotion ok" in done.stdout
