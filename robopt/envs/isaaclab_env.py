@@ -95,10 +95,19 @@ class IsaacLabVecEnv:
         if episode_length_s is not None:
             cfg.episode_length_s = float(episode_length_s)
         self.env_id, self.num_envs = env_id, num_envs
-        self._env = gym.make(env_id, cfg=cfg)
+        try:
+            self._env = gym.make(env_id, cfg=cfg)
+        except Exception as error:  # a broken local asset, a scene Newton cannot build...: one line, no open sim
+            SimulationContext.clear_instance()
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ValueError(f"{env_id}: Isaac Lab could not build the env: {first}") from None
         self.unwrapped = self._env.unwrapped
         obs, _ = self.unwrapped.reset(seed=seed)
-        self._check_groups(obs)
+        try:
+            self._check_groups(obs)
+        except ValueError:
+            self._env.close()
+            raise
         self.obs_dim = int(obs["policy"].shape[-1])
         self.privileged_dim = int(obs["critic"].shape[-1]) if "critic" in obs else 0
         action_space = self.unwrapped.single_action_space

@@ -209,3 +209,13 @@ def test_a_locomotion_task_on_local_assets_stands_on_the_local_ground():
     done = subprocess.run([sys.executable, "-c", LOCOMOTION], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "locomotion ok" in done.stdout
+
+
+def test_an_asset_isaac_lab_cannot_load_is_one_line_exit_2(tmp_path):
+    (tmp_path / "cartpole.usda").write_text("this is not USD\n")
+    done = _robopt("train", "configs/ppo_isaac_cartpole.yaml", f"env.kwargs.assets_dir={tmp_path}",
+                   f"log.run_root={tmp_path}", "--no-progress")  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("robopt: error:") and "Isaac Lab could not build the env" in last, last
+    assert "cartpole.usda" in last and "Traceback" not in done.stderr
