@@ -120,9 +120,8 @@ if [ "$cuda" = 1 ]; then
     say "isaac_cartpole_4096: skipped, $PY has no Isaac Lab (make isaac builds a venv with it; docs/isaac.md)"
   fi
   # 4. time to 3000 with the GPU PPO config (ppo_halfcheetah_gpu.yaml: 1024 envs, CUDA graph), capped at 2 minutes
-  step time_to_3000 "^seed 0" "$PY" benchmarks/time_to_return.py --contestants ppo --seeds 0 --levels 3000 \
-    --budget-s 120 --max-steps 40000000 --eval-every 524288 \
-    --override env.backend=mujoco_warp device=cuda env.num_envs=1024 algo.minibatch_size=8192 env.kwargs.graph=true
+  step time_to_3000 "^seed 0" "$PY" benchmarks/time_to_return.py --contestants ppo-gpu --seeds 0 --levels 3000 \
+    --budget-s 120 --max-steps 40000000 --eval-every 524288
 else
   say "no CUDA device: skipped tests/gpu's CUDA tests, PPO and SAC on MuJoCo Warp, and the GPU time to return;" \
     "their CPU twins follow"

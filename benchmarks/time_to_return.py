@@ -6,6 +6,7 @@ Contestants (``--contestants``):
   512-sample minibatches, lr 3e-4; rl-zoo's tuned HalfCheetah settings otherwise).
 - ``sac`` / ``td3``: ``configs/sac_halfcheetah_fast.yaml`` / ``configs/td3_halfcheetah_fast.yaml`` (many native
   envs, large batches, fewer updates per env step, observation normalization, the compiled update).
+- ``ppo-gpu``: ``configs/ppo_halfcheetah_gpu.yaml`` (MuJoCo Warp on CUDA, 1024 envs, CUDA-graph replay; needs a GPU).
 - ``sb3-ppo``: SB3's PPO at rl-baselines3-zoo's tuned HalfCheetah hyperparameters (1 env x 512 steps, 20 epochs of
   64-sample minibatches, lr 2.0633e-5, 256x256 ReLU, log_std -2, gamma 0.98, GAE 0.92, clip 0.1, VecNormalize).
 - ``sb3-sac``: SB3's SAC at rl-zoo's HalfCheetah (and Hopper) settings: its defaults (256x256 ReLU, lr 3e-4,
@@ -36,7 +37,7 @@ import torch
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ROBOPT_CONFIGS = {"ppo": "ppo_halfcheetah_fast.yaml", "sac": "sac_halfcheetah_fast.yaml",
-                  "td3": "td3_halfcheetah_fast.yaml"}  # fmt: skip
+                  "td3": "td3_halfcheetah_fast.yaml", "ppo-gpu": "ppo_halfcheetah_gpu.yaml"}  # fmt: skip
 NATIVE_IDS = {"HalfCheetah-v5": "mujoco/HalfCheetah", "Hopper-v5": "mujoco/Hopper", "Walker2d-v5": "mujoco/Walker2d",
               "Ant-v5": "mujoco/Ant"}  # fmt: skip
 SB3_CHUNK = 1000  # env steps per SB3 SAC training call (PPO: one 512-step rollout)
