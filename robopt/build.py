@@ -174,6 +174,32 @@ def initialize_policy(policy: torch.nn.Module, config: ExperimentConfig) -> None
         ) from None
 
 
+WARM_START_MODULES = ("critic", "target_critic", "value")
+
+
+def initialize_critics(algorithm, config: ExperimentConfig) -> list[str]:
+    """Warm-start an off-policy algorithm's critics (Q, target Q, V) from ``config.init_from``'s checkpoint when it
+    has them (an IQL, FQL, SAC or TD3 run): offline pretraining, then online fine-tuning. Returns what was loaded; a
+    critic of another size is a one-line error. A source without critics (behaviour cloning) loads none."""
+    run_dir = Path(config.init_from)
+    state = load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"].get("algorithm")
+    loaded = []
+    for name in WARM_START_MODULES:
+        module = getattr(algorithm, name, None)
+        if not isinstance(state, dict) or name not in state or not isinstance(module, torch.nn.Module):
+            continue
+        try:
+            module.load_state_dict(state[name])
+        except RuntimeError as error:
+            first = str(error).strip().splitlines()[0]
+            raise ConfigError(
+                f"init_from={str(run_dir)!r}: its {name} does not fit this config's (algo.critic_hidden or "
+                f"num_critics differ?): {first}"
+            ) from None
+        loaded.append(name)
+    return loaded
+
+
 def _source_identity(run_dir: Path) -> tuple[str, str] | None:
     """(env id, policy name) of a run directory's saved config, read as plain YAML; None when there is none."""
     path = run_dir / "config.yaml"
@@ -263,6 +289,8 @@ def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, col
                 )
             rank_seed = config.seed + RANK_SEED_STRIDE * collective.rank
             loop = spec.build(config.algo, env, policy, seed=rank_seed, env_id=config.env.id)
+            if initialize and config.init_from and spec.kind == "off_policy":
+                initialize_critics(loop.algorithm, config)
             if collective.world_size > 1:
                 loop.use_collective(collective)  # refuses what cannot run on several ranks (pretraining)
                 seed_everything(rank_seed)

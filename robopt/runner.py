@@ -157,7 +157,10 @@ def _train(config, collective: Collective, resume_dir, progress, stop_at_iterati
     if writer:
         print(_describe_start(config, loop, run_dir, resume_dir is not None, collective), flush=True)
     # A loop that knows its own length (behaviour cloning: epochs) says so; on-policy loops run total_steps.
-    total_iterations = getattr(loop, "total_iterations", None) or max(1, config.total_steps // loop.steps_per_iteration)
+    # Offline iterations (updates on a dataset before the first env step) come before total_steps' online ones.
+    total_iterations = getattr(loop, "total_iterations", None) or max(
+        1, getattr(loop, "offline_iterations", 0) + config.total_steps // loop.steps_per_iteration
+    )
     last_return, stopped, env_open = None, False, True
     from robopt.progress import TrainingProgress
 

@@ -77,3 +77,11 @@ from robopt.algorithms.td3 import DDPGConfig, TD3Config, build_td3_loop  # noqa:
 
 register_algorithm("td3", AlgorithmSpec(TD3Config, build_td3_loop, "off_policy", "TD3: clipped double-Q, delays"))
 register_algorithm("ddpg", AlgorithmSpec(DDPGConfig, build_td3_loop, "off_policy", "DDPG: TD3 with one critic"))
+
+from robopt.algorithms.iql import IQLConfig, build_iql_loop  # noqa: E402
+
+register_algorithm("iql", AlgorithmSpec(IQLConfig, build_iql_loop, "off_policy", "IQL: expectile V, weighted cloning"))
+
+from robopt.algorithms.fql import FQLConfig, build_fql_loop  # noqa: E402
+
+register_algorithm("fql", AlgorithmSpec(FQLConfig, build_fql_loop, "off_policy", "FQL: one-step flow policy on Q"))

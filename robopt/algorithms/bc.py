@@ -92,8 +92,10 @@ class BehaviorCloningLoop:
 
     def __init__(self, config: BCConfig, env, policy, seed: int = 0, env_id: str = "") -> None:
         from robopt.data.demonstrations import check_compatible, load_demonstrations
+        from robopt.policies.flow import refuse_one_step
 
         require(policy, SupportsImitation, "behaviour cloning", "it fits the policy's imitation loss")
+        refuse_one_step(policy, "algo.name=bc")
         if not config.dataset:
             raise ConfigError("algo.dataset is empty: name a Minari dataset (e.g. hopper/medium-v0) or its directory")
         demos = load_demonstrations(config.dataset, root=config.dataset_root or None)

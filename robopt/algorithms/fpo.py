@@ -41,4 +41,7 @@ def build_fpo(config: FPOConfig, policy, critic) -> PPO:
             "algo.name=fpo needs policy.name=flow (its ratio comes from flow-matching losses), "
             f"got {type(policy).__name__}"
         )
+    from robopt.policies.flow import refuse_one_step
+
+    refuse_one_step(policy, "algo.name=fpo")
     return PPO(config, policy, critic)

@@ -45,6 +45,10 @@ class OffPolicySchedule:
     her_strategy: str = option("none", "hindsight relabelling of goals (goal tasks only)",
                                ("none", "future", "final", "episode"))  # fmt: skip
     her_k: float = option(4.0, "hindsight: relabelled goals per real goal (4: 80% of samples relabelled)")
+    dataset: str = option("", "Minari dataset (id or directory) written into the replay before the first env step: "
+                          "offline RL and offline-to-online fine-tuning ('' : none)")  # fmt: skip
+    dataset_root: str = option("", "directory of Minari datasets ('' : $MINARI_DATASETS_PATH, else ~/.minari/datasets)")
+    offline_updates: int = option(0, "gradient updates on the dataset alone before the first env step (needs dataset)")
 
     def __post_init__(self) -> None:
         for name in ("train_freq", "gradient_steps", "batch_size", "buffer_size", "iteration_steps", "n_step"):
@@ -59,6 +63,12 @@ class OffPolicySchedule:
             raise ValueError(f"loop.her_k must be a finite number >= 0, got {self.her_k}")
         if self.her_strategy != "none" and self.n_step > 1:
             raise ValueError("loop.n_step > 1 cannot be combined with loop.her_strategy (HER relabels 1-step rewards)")
+        if self.offline_updates < 0:
+            raise ValueError(f"loop.offline_updates must be >= 0, got {self.offline_updates}")
+        if self.offline_updates > 0 and not self.dataset:
+            raise ValueError(f"loop.offline_updates={self.offline_updates} needs loop.dataset (the data to learn from)")
+        if self.dataset and (self.n_step > 1 or self.her_strategy != "none"):
+            raise ValueError("loop.dataset takes 1-step targets: set loop.n_step=1 and loop.her_strategy=none")
         if self.buffer_size < self.batch_size:
             raise ValueError(f"loop.buffer_size {self.buffer_size} is smaller than loop.batch_size {self.batch_size}")
 
@@ -66,7 +76,9 @@ class OffPolicySchedule:
 class OffPolicyLoop:
     """Owns the env, the current observation and the replay buffer; one call to ``iteration`` = one phase."""
 
-    def __init__(self, env, policy, algorithm, replay: ReplayBuffer, schedule: OffPolicySchedule, seed: int = 0):
+    def __init__(
+        self, env, policy, algorithm, replay: ReplayBuffer, schedule: OffPolicySchedule, seed: int = 0, env_id: str = ""
+    ):
         self.env, self.policy, self.algorithm, self.replay, self.schedule = env, policy, algorithm, replay, schedule
         self.collective = LOCAL  # data-parallel: this rank's envs and replay are one share of the run's
         self.obs = env.reset(seed=seed)  # [N, D]
@@ -76,6 +88,14 @@ class OffPolicyLoop:
         self.uses_priorities = hasattr(replay.sampler, "anneal")  # uniform sampling: skip the priority update
         # the observation normalizer actor and critics share, fed every observation the loop collects
         self.normalizer = policy.normalizer if policy.normalizer.enabled else None
+        # offline data (robopt.algorithms.offline_data): its statistics fit the normalizer once, then it stays fixed
+        self.offline_repeats = 0
+        if schedule.dataset:
+            from robopt.algorithms.offline_data import load_offline_data
+
+            self.offline_repeats = load_offline_data(schedule, replay, env, env_id, policy)
+            self.normalizer = None
+        self.offline_iterations = -(-schedule.offline_updates // (schedule.gradient_steps * self.phases_per_iteration))
         if self.steps_per_phase > schedule.buffer_size:
             raise ConfigError(
                 f"env.num_envs x algo.loop.train_freq = {env.num_envs} x {schedule.train_freq} = "
@@ -93,6 +113,8 @@ class OffPolicyLoop:
         algorithm = self.algorithm
         if not hasattr(algorithm, "collective"):  # what optimizer_step reads in the algorithm's update
             raise ConfigError(f"{type(algorithm).__name__} runs in one process; launch without torchrun/--nproc")
+        if self.schedule.dataset:
+            raise ConfigError("algo.loop.dataset (offline data) runs in one process; launch without torchrun/--nproc")
         if getattr(algorithm, "compiled", None) is not None:
             raise ConfigError(
                 "algo.compile=true runs in one process; data-parallel training takes the eager update: set "
@@ -161,6 +183,8 @@ class OffPolicyLoop:
         return torch.stack(returns), torch.stack(lengths), finite, success
 
     def iteration(self, progress: float) -> dict[str, float]:
+        if self.iteration_count < self.offline_iterations:
+            return self._offline_iteration(progress)
         returns, lengths, finite, successes, sums, updates = [], [], [], [], {}, 0
         self.env_log = EnvLog()
         for _ in range(self.phases_per_iteration):
@@ -196,10 +220,26 @@ class OffPolicyLoop:
         values["episodes"] = float(episode_return.numel())
         return values | self.env_log.values()
 
+    def _offline_iteration(self, progress: float) -> dict[str, float]:
+        """As many updates as an online iteration makes, on the replay as it is (the dataset), with no env step."""
+        sums: dict[str, torch.Tensor] = {}
+        updates = 0
+        for _ in range(self.phases_per_iteration):
+            updates += self._updates(progress, sums)
+        self.iteration_count += 1
+        values = {key: float(value) / updates for key, value in self.collective.mean_dict(sums).items()}
+        for name, value in values.items():
+            if not math.isfinite(value):
+                raise NonFiniteError(f"iteration {self.iteration_count} (offline): non-finite {name} ({value})")
+        return values | {"offline_updates": float(self.iteration_count * updates)}
+
     def _update_phase(self, progress: float, sums: dict[str, torch.Tensor]) -> int:
         """``gradient_steps`` updates once warm-up is over; metrics summed into ``sums``; returns the count."""
         if self.env_steps < self.schedule.learning_starts or self.replay.size < self.schedule.batch_size:
             return 0
+        return self._updates(progress, sums)
+
+    def _updates(self, progress: float, sums: dict[str, torch.Tensor]) -> int:
         anneal = getattr(self.replay.sampler, "anneal", None)
         if anneal is not None:
             anneal(progress)
@@ -305,11 +345,12 @@ def hindsight_transform(schedule: OffPolicySchedule, env):
     return Hindsight(env.compute_reward, env.achieved_goal, env.desired_goal, schedule.her_strategy, schedule.her_k)
 
 
-def q_critics(policy, env, hidden, activation: str, num_critics: int):
+def q_critics(policy, env, hidden, activation: str, num_critics: int, layer_norm: bool = False):
     """Online state-action critics and their gradient-free target copy; both read the policy's obs normalizer."""
     from robopt.policies.critics import QCritic
 
-    critic = QCritic(env.obs_dim, env.action_dim, hidden, activation, num_critics, policy.normalizer.enabled)
+    enabled = policy.normalizer.enabled
+    critic = QCritic(env.obs_dim, env.action_dim, hidden, activation, num_critics, enabled, layer_norm=layer_norm)
     critic = critic.to(env.device)
     critic.normalizer = policy.normalizer  # one observation normalizer for actor and critics (buffers only)
     target = copy.deepcopy(critic).requires_grad_(False)

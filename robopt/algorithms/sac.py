@@ -131,4 +131,4 @@ def build_sac_loop(config: SACConfig, env, policy, seed: int = 0, env_id: str = 
         raise ConfigError("algo.name=sac needs policy.name=gaussian with policy.squash=true (a tanh-squashed Gaussian)")
     replay = build_replay(config.loop, config.gamma, env)
     algorithm = SAC(config, policy, env)
-    return OffPolicyLoop(env, policy, algorithm, replay, config.loop, seed=seed)
+    return OffPolicyLoop(env, policy, algorithm, replay, config.loop, seed=seed, env_id=env_id)

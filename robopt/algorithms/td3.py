@@ -157,4 +157,4 @@ def build_td3_loop(config: TD3Config, env, policy, seed: int = 0, env_id: str = 
             "algo.name=td3 and ddpg need policy.name=gaussian with policy.squash=true (its tanh mean is the actor)"
         )
     replay = build_replay(config.loop, config.gamma, env)
-    return OffPolicyLoop(env, policy, TD3(config, policy, env), replay, config.loop, seed=seed)
+    return OffPolicyLoop(env, policy, TD3(config, policy, env), replay, config.loop, seed=seed, env_id=env_id)

@@ -15,6 +15,10 @@ A replay batch's ``discount`` is the bootstrap factor (gamma, or gamma^k after a
 - ``deterministic_actor_loss``: -mean(Q_1(s, mu(s))) (TD3 and DDPG).
 - ``smoothed_target_action``: TD3's target policy smoothing clip(mu'(s') + clip(eps, -c, c), low, high).
 - ``polyak_update``: theta' <- tau theta + (1 - tau) theta', in place.
+- ``expectile_loss``: |tau - 1(u < 0)| u^2 per row for u = target - prediction: IQL's asymmetric regression of
+  V(s) toward an upper expectile of Q(s, a) over the data's actions (Kostrikov et al. 2022, eq. 5).
+- ``advantage_weights``: min(exp(beta A), w_max), IQL's advantage-weighted extraction (AWR; eq. 7).
+- ``aggregate_q``: min or mean over critics, [C, B] -> [B] (FQL and EXPO pick per task).
 """
 
 from __future__ import annotations
@@ -97,3 +101,23 @@ def polyak_update(target: Iterable[torch.Tensor], source: Iterable[torch.Tensor]
     if len(target) != len(source):
         raise ValueError(f"polyak_update: {len(target)} target tensors for {len(source)} source tensors")
     torch._foreach_lerp_(target, source, tau)
+
+
+def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
+    """|expectile - 1(diff < 0)| * diff^2 per element, for diff = target - prediction (expectile 0.5: half the MSE)."""
+    weight = torch.where(diff < 0.0, 1.0 - expectile, expectile)
+    return weight * diff.square()
+
+
+def advantage_weights(advantage: torch.Tensor, temperature: float, max_weight: float) -> torch.Tensor:
+    """min(exp(temperature * advantage), max_weight) [B], without gradient (the weights of AWR extraction)."""
+    return torch.exp(temperature * advantage.detach()).clamp(max=max_weight)
+
+
+def aggregate_q(q: torch.Tensor, how: str) -> torch.Tensor:
+    """q [C, B] -> [B]: ``min`` (clipped double-Q, pessimistic) or ``mean`` over critics."""
+    if how not in ("min", "mean"):
+        raise ValueError(f"aggregate_q: how must be 'min' or 'mean', got {how!r}")
+    if q.dim() == 1:
+        return q
+    return q.min(0).values if how == "min" else q.mean(0)

@@ -61,13 +61,14 @@ class QCritic(nn.Module):
         num_critics: int = 2,
         normalize_obs: bool = True,
         orthogonal_init: bool = False,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         if num_critics < 1:
             raise ValueError(f"num_critics must be >= 1, got {num_critics}")
         self.normalizer = RunningNormalizer(obs_dim, enabled=normalize_obs)
         self.nets = nn.ModuleList(
-            MLP(obs_dim + action_dim, 1, hidden, activation, output_gain=1.0, orthogonal_init=orthogonal_init)
+            MLP(obs_dim + action_dim, 1, hidden, activation, 1.0, orthogonal_init, layer_norm)
             for _ in range(num_critics)
         )
 

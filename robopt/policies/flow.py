@@ -56,6 +56,10 @@ class FlowPolicyConfig:
     noise_std: float = option(1.0, "std of the initial noise x_0 when sampling (0 would make sampling deterministic)")
     normalize_obs: bool = option(True, "running observation normalization inside the policy")
     orthogonal_init: bool = option(True, "orthogonal weight initialization")
+    one_step: bool = option(
+        False, "FQL: a one-step network mu(s, z) beside the velocity field; act, evaluation and export call it "
+        "(one network call per action); trained by algo.name=fql only"
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -129,6 +133,34 @@ class FlowPolicy(nn.Module):
         self.velocity = VelocityField(obs_dim, action_dim, config)
         # normalized units y = (a - centre) / half_range on finite bounds; identity on unbounded dimensions
         register_action_bounds(self, action_low, action_high, action_dim)
+        self.one_step = None
+        if config.one_step:  # mu(norm(s), z) -> y, normalized action units (FQL's one-step policy)
+            c = config
+            self.one_step = MLP(obs_dim + action_dim, action_dim, c.hidden, c.activation, c.output_scale,
+                                c.orthogonal_init)  # fmt: skip
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """A checkpoint without the one-step network (a cloned flow) loads into a one-step policy: it keeps its
+        fresh one-step weights, every other key must match."""
+        if self.one_step is not None and not any(key.startswith("one_step.") for key in state_dict):
+            missing = {key for key in self.state_dict() if key.startswith("one_step.")}
+            result = super().load_state_dict(state_dict, strict=False, assign=assign)
+            extra = set(result.missing_keys) - missing
+            if strict and (extra or result.unexpected_keys):
+                raise RuntimeError(
+                    f"Error(s) in loading state_dict for FlowPolicy: missing {sorted(extra)}, unexpected "
+                    f"{sorted(result.unexpected_keys)}"
+                )
+            return result
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def one_step_y(self, obs_norm: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """The one-step network's action y [B, A] in normalized units (unclipped) from noise z [B, A]."""
+        return self.one_step.forward(torch.cat((obs_norm, z), dim=-1))
+
+    def clip(self, action: torch.Tensor) -> torch.Tensor:
+        """``action`` [B, A] clipped to the env's bounds (unbounded dimensions pass)."""
+        return torch.maximum(torch.minimum(action, self.action_high), self.action_low)
 
     def _obs_norm(self, obs: torch.Tensor) -> torch.Tensor:
         normalizer = self.normalizer
@@ -159,6 +191,8 @@ class FlowPolicy(nn.Module):
         x0 = torch.zeros(obs.shape[0], self.action_dim, dtype=obs_norm.dtype, device=obs.device)
         if not deterministic and self.config.noise_std > 0.0:
             x0 = torch.randn_like(x0) * self.config.noise_std
+        if self.one_step is not None:
+            return self.to_env(self.one_step_y(obs_norm, x0))
         return self.to_env(integrate(self.velocity, obs_norm, x0, self.config.steps, self.config.integrator))
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -202,12 +236,28 @@ class ExportedFlowPolicy(nn.Module):
             self.register_buffer(name, getattr(policy, name).detach().clone())
         self.normalizer = FrozenNormalizer(policy.normalizer)
         self.velocity = copy.deepcopy(policy.velocity).eval().requires_grad_(False)
+        self.one_step = None if policy.one_step is None else copy.deepcopy(policy.one_step).eval().requires_grad_(False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.normalizer(obs)
-        y = integrate(self.velocity, x, x.new_zeros(x.shape[0], self.action_dim), self.steps, self.integrator)
+        x0 = x.new_zeros(x.shape[0], self.action_dim)
+        if self.one_step is not None:  # FQL: one network call
+            y = self.one_step(torch.cat((x, x0), dim=-1))
+        else:
+            y = integrate(self.velocity, x, x0, self.steps, self.integrator)
         action = y * self.action_half_range + self.action_centre
         return torch.maximum(torch.minimum(action, self.action_high), self.action_low)
+
+
+def refuse_one_step(policy, what: str) -> None:
+    """One line when ``what`` would train a flow policy's velocity while it acts through an untrained one-step net."""
+    from robopt.options import ConfigError
+
+    if getattr(policy, "one_step", None) is not None:
+        raise ConfigError(
+            f"{what} trains the flow's velocity field, but policy.one_step=true acts through the one-step network "
+            "that only algo.name=fql trains; set policy.one_step=false (FQL can start from that run with init_from)"
+        )
 
 
 def build_flow_policy(config: FlowPolicyConfig, env) -> FlowPolicy:

@@ -31,6 +31,7 @@ class MLP(nn.Module):
         activation: str = "tanh",
         output_gain: float = 1.0,
         orthogonal_init: bool = True,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
@@ -45,9 +46,17 @@ class MLP(nn.Module):
         )
         # The same modules in a plain tuple (a tuple is not registered again): read without nn.Module.__getattr__.
         self._hidden_and_output = (tuple(self.layers[:-1]), self.layers[-1])
+        # layer_norm: LayerNorm (with its affine) after each hidden linear layer, before the activation (the
+        # critics of FQL and other offline methods; it bounds Q outside the data's actions)
+        self.norms = nn.ModuleList(nn.LayerNorm(width) for width in hidden) if layer_norm else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden, output = self._hidden_and_output
+        if self.norms is not None:
+            for layer, norm in zip(hidden, self.norms):
+                x = norm(functional.linear(x, layer._parameters["weight"], layer._parameters["bias"]))
+                x = self.activation(x)
+            hidden = ()
         for layer in hidden:
             parameters = layer._parameters
             x = self.activation(functional.linear(x, parameters["weight"], parameters["bias"]))
