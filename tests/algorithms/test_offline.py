@@ -18,6 +18,7 @@ from robopt.algorithms.iql import IQL, IQLConfig
 from robopt.build import LAST_CHECKPOINT, build_loop
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig, build_dataclass
+from robopt.core.errors import NonFiniteError
 from robopt.core.q_losses import advantage_weights, aggregate_q, expectile_loss
 from robopt.data.dataset_writer import write_dataset
 from robopt.data.recording import record_episodes
@@ -254,6 +255,7 @@ def test_offline_then_online_resumes_exactly(tmp_path, dataset_root, algo):
     assert a["replay"]["storage"]["steps"] == 1768 + 200
 
 
+@pytest.mark.slow
 def test_iql_learns_from_a_mixed_dataset_where_cloning_fails(tmp_path, dataset_root):
     """75% expert, 25% random episodes: advantage weighting keeps the expert's actions; cloning averages in the
     random ones. Expert 9.7, random -7.9; 2000 updates, 64-wide networks: IQL 6.9, 4.9, 3.0, 5.0 on seeds 0-3
@@ -335,3 +337,21 @@ def test_a_dataset_of_another_task_exits_2_with_one_line(tmp_path, dataset_root)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "observation size 3 and action size 2" in lines[0], done.stderr
     assert not (tmp_path / "runs").exists()  # nothing written
+
+
+def test_a_non_finite_td_error_offline_stops_with_the_last_good_checkpoint(tmp_path, dataset_root, monkeypatch):
+    calls = {"n": 0}
+    update = IQL.update
+
+    def poisoned(self, batch, progress):
+        metrics = update(self, batch, progress)
+        calls["n"] += 1
+        if calls["n"] > 250:  # inside offline iteration 3 (100 updates each)
+            metrics["critic_loss"] = metrics["critic_loss"] * float("nan")
+        return metrics
+
+    monkeypatch.setattr(IQL, "update", poisoned)
+    with pytest.raises(NonFiniteError, match=r"iteration 3 \(offline\): non-finite critic_loss"):
+        train(offline_config(tmp_path, dataset_root, "iql"))
+    (run_dir,) = (tmp_path / "runs" / "iql_offline").iterdir()
+    assert load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"]["iteration"] == 2
