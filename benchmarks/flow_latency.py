@@ -12,7 +12,9 @@ and the Gaussian policy's export (one MLP pass) is the reference row. After --wa
 --repeats calls are timed one by one; the runners take turns in 10 rounds so load from other processes on a
 shared machine hits every row alike. Printed per row: median and p90 microseconds per call, the median as a
 multiple of the Gaussian's on the same runtime, and the largest |action - eager action| on random inputs.
---policies picks the generative kinds timed (default both; the Gaussian row is always there).
+--policies picks the generative kinds timed (default all; the Gaussian row is always there): ``fql`` is the
+one-step policy of flow Q-learning (one network of the flow's widths), ``qgf`` the Q-guided flow per --steps
+value (each step also differentiates two critics of --hidden widths, folded into the graph).
 
 Random policies of --obs-dim, --action-dim and --hidden widths by default (HalfCheetah sizes): the flow's
 velocity MLP, the diffusion policy's noise-predictor MLP (action chunk H = 1) and the Gaussian's mean MLP all
@@ -44,12 +46,17 @@ from robopt.policies.flow import INTEGRATORS, FlowPolicyConfig
 from robopt.sim2real.export import export_onnx, quiet  # the exporters, silenced
 
 ROUNDS = 10
-KINDS = ("flow", "diffusion")
+KINDS = ("flow", "diffusion", "fql", "qgf")
 
 
 def with_steps(policy: FlowPolicy, steps: int, integrator: str | None) -> FlowPolicy:
     """A copy of ``policy`` (weights and normalizer) that integrates with ``steps`` (and ``integrator``) steps."""
-    config = dataclasses.replace(policy.config, steps=steps, integrator=integrator or policy.config.integrator)
+    return variant(policy, steps=steps, integrator=integrator or policy.config.integrator)
+
+
+def variant(policy: FlowPolicy, **changes) -> FlowPolicy:
+    """A copy of ``policy`` with config ``changes`` (its weights; new parts, a one-step net or critics, random)."""
+    config = dataclasses.replace(policy.config, **changes)
     copy = FlowPolicy(policy.obs_dim, policy.action_dim, policy.action_low, policy.action_high, config)
     copy.load_state_dict(policy.state_dict())
     return copy.eval()
@@ -207,6 +214,11 @@ def main() -> None:
             rows += [(f"flow {n}", with_steps(flow, n, args.integrator).export_module().eval()) for n in args.steps]
         if "diffusion" in args.policies:
             rows += [(f"diffusion {n}", with_ddim_steps(diffusion, n).export_module()) for n in args.ddim_steps]
+        if "fql" in args.policies:  # FQL's one-step policy: one network call of the flow's widths
+            rows.append(("fql 1-step", variant(flow, one_step=True).export_module().eval()))
+        if "qgf" in args.policies:  # Q-guided flow: each step also back-propagates through 2 critics of --hidden
+            guided = variant(flow, guidance_scale=0.05, guidance_hidden=tuple(args.hidden))
+            rows += [(f"qgf {n}", with_steps(guided, n, args.integrator).export_module().eval()) for n in args.steps]
     except ValueError as error:
         parser.error(str(error))
     rows.append(("gaussian", gaussian.export_module().eval()))

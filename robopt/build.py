@@ -178,10 +178,13 @@ WARM_START_MODULES = ("critic", "target_critic", "value")
 
 
 def initialize_critics(algorithm, config: ExperimentConfig) -> list[str]:
-    """Warm-start an off-policy algorithm's critics (Q, target Q, V) from ``config.init_from``'s checkpoint when it
-    has them (an IQL, FQL, SAC or TD3 run): offline pretraining, then online fine-tuning. Returns what was loaded; a
-    critic of another size is a one-line error. A source without critics (behaviour cloning) loads none."""
-    run_dir = Path(config.init_from)
+    """Warm-start an off-policy algorithm's critics (Q, target Q, V) from ``config.init_critic_from``'s (else
+    ``init_from``'s) checkpoint when it has them (an IQL, FQL, QGF, SAC or TD3 run): offline pretraining, then
+    online fine-tuning. Returns what was loaded; a critic of another size is a one-line error. A source without
+    critics (behaviour cloning) loads none."""
+    run_dir = Path(config.init_critic_from or config.init_from)
+    if not (run_dir / LAST_CHECKPOINT).is_file():
+        raise ConfigError(f"init_critic_from={str(run_dir)!r} is not a run directory with a checkpoint")
     state = load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"].get("algorithm")
     loaded = []
     for name in WARM_START_MODULES:
@@ -193,8 +196,8 @@ def initialize_critics(algorithm, config: ExperimentConfig) -> list[str]:
         except RuntimeError as error:
             first = str(error).strip().splitlines()[0]
             raise ConfigError(
-                f"init_from={str(run_dir)!r}: its {name} does not fit this config's (algo.critic_hidden or "
-                f"num_critics differ?): {first}"
+                f"{str(run_dir)!r}: its {name} does not fit this config's critics (hidden widths or number of "
+                f"critics differ?): {first}"
             ) from None
         loaded.append(name)
     return loaded
@@ -269,6 +272,10 @@ def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, col
             )
         algo_name = algorithm_name(config)
         spec = ALGORITHMS[algo_name]
+        if config.init_critic_from and spec.kind != "off_policy":
+            raise ConfigError(
+                f"init_critic_from warm-starts the Q critics of off-policy algorithms; algo.name={algo_name} has none"
+            )
         ft_steps, steps = getattr(config.policy, "ft_steps", 0), getattr(config.policy, "denoising_steps", 0)
         if initialize and not config.init_from and ft_steps < steps and spec.kind == "on_policy":
             raise ConfigError(
@@ -289,7 +296,7 @@ def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, col
                 )
             rank_seed = config.seed + RANK_SEED_STRIDE * collective.rank
             loop = spec.build(config.algo, env, policy, seed=rank_seed, env_id=config.env.id)
-            if initialize and config.init_from and spec.kind == "off_policy":
+            if initialize and (config.init_from or config.init_critic_from) and spec.kind == "off_policy":
                 initialize_critics(loop.algorithm, config)
             if collective.world_size > 1:
                 loop.use_collective(collective)  # refuses what cannot run on several ranks (pretraining)

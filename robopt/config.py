@@ -122,6 +122,10 @@ class ExperimentConfig:
     log: LogConfig = option(LogConfig(), "logging and checkpoints")
     init_from: str = option("", "start from this run directory's policy (weights and normalizer; e.g. a BC run)")
     critic_warmup: int = option(0, "with init_from: iterations that fit the fresh critic with the actor frozen")
+    init_critic_from: str = option(
+        "", "off-policy: load the Q critics (and V) from this run directory instead of init_from's (e.g. an "
+        "offline IQL run's critics for a flow cloned in another run)"
+    )  # fmt: skip
     init_normalizer: str = option(
         "frozen", "with init_from: keep the pretrained policy's observation statistics 'frozen' (those it was "
         "trained under) or 'update' them from the rollouts as a fresh run does", ("frozen", "update"),

@@ -85,3 +85,7 @@ register_algorithm("iql", AlgorithmSpec(IQLConfig, build_iql_loop, "off_policy",
 from robopt.algorithms.fql import FQLConfig, build_fql_loop  # noqa: E402
 
 register_algorithm("fql", AlgorithmSpec(FQLConfig, build_fql_loop, "off_policy", "FQL: one-step flow policy on Q"))
+
+from robopt.algorithms.qgf import QGFConfig, build_qgf_loop  # noqa: E402
+
+register_algorithm("qgf", AlgorithmSpec(QGFConfig, build_qgf_loop, "off_policy", "Q-guided flow sampling, TD critics"))

@@ -143,7 +143,7 @@ def build_fql_loop(config: FQLConfig, env, policy, seed: int = 0, env_id: str = 
     """FQL over a flow policy with its one-step network (``policy.one_step: true``), on the off-policy loop."""
     from robopt.policies.flow import FlowPolicy
 
-    if not isinstance(policy, FlowPolicy) or policy.one_step is None:
+    if not isinstance(policy, FlowPolicy) or policy.one_step is None:  # (one_step excludes guidance_scale > 0)
         got = type(policy).__name__ + (" without policy.one_step" if isinstance(policy, FlowPolicy) else "")
         raise ConfigError(f"algo.name=fql needs policy.name=flow with policy.one_step=true, got {got}")
     replay = build_replay(config.loop, config.gamma, env)

@@ -60,6 +60,15 @@ class FlowPolicyConfig:
         False, "FQL: a one-step network mu(s, z) beside the velocity field; act, evaluation and export call it "
         "(one network call per action); trained by algo.name=fql only"
     )  # fmt: skip
+    guidance_scale: float = option(
+        0.0, "Q-guided sampling (algo.name=qgf): w in v + w t grad_a Q(s, x + (1 - t) v); 0: the plain flow; a "
+        "sampling knob (no weights change with it)"
+    )  # fmt: skip
+    guidance_hidden: tuple[int, ...] = option((256, 256), "Q-guided sampling: hidden widths of the guiding critics")
+    guidance_activation: str = option(
+        "relu", "Q-guided sampling: the critics' activation", ("tanh", "relu", "elu", "silu")
+    )
+    guidance_critics: int = option(2, "Q-guided sampling: number of critics (their mean guides)")
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -70,6 +79,12 @@ class FlowPolicyConfig:
             raise ValueError(f"time_embedding must be an even number >= 2, got {self.time_embedding}")
         if not self.log_ratio_clamp > 0.0:
             raise ValueError(f"log_ratio_clamp must be > 0, got {self.log_ratio_clamp}")
+        if not self.guidance_scale >= 0.0 or self.guidance_scale == float("inf"):
+            raise ValueError(f"guidance_scale must be a finite number >= 0 (0: no guidance), got {self.guidance_scale}")
+        if self.guidance_scale > 0.0 and self.one_step:
+            raise ValueError("guidance_scale > 0 guides the flow's integration; a one_step policy does not integrate")
+        if self.guidance_critics < 1:
+            raise ValueError(f"guidance_critics must be >= 1, got {self.guidance_critics}")
         if self.noise_std < 0.0 or self.output_scale <= 0.0:
             raise ValueError(f"noise_std must be >= 0 and output_scale > 0, got {self.noise_std}, {self.output_scale}")
 
@@ -139,11 +154,26 @@ class FlowPolicy(nn.Module):
             self.one_step = MLP(obs_dim + action_dim, action_dim, c.hidden, c.activation, c.output_scale,
                                 c.orthogonal_init)  # fmt: skip
 
+        self.guide = None
+        if config.guidance_scale > 0.0:  # the critics whose action gradient guides sampling (trained by qgf)
+            from robopt.policies.critics import QCritic
+
+            self.guide = QCritic(obs_dim, action_dim, config.guidance_hidden,
+                                 config.guidance_activation, config.guidance_critics, config.normalize_obs)  # fmt: skip
+            self.guide.normalizer = self.normalizer  # one observation normalizer for the flow and its critics
+
+    def _extra_parts(self) -> tuple[str, ...]:
+        return tuple(name for name in ("one_step", "guide") if getattr(self, name) is not None)
+
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        """A checkpoint without the one-step network (a cloned flow) loads into a one-step policy: it keeps its
-        fresh one-step weights, every other key must match."""
-        if self.one_step is not None and not any(key.startswith("one_step.") for key in state_dict):
-            missing = {key for key in self.state_dict() if key.startswith("one_step.")}
+        """A checkpoint without the one-step network or the guiding critics (a cloned flow) loads into a policy
+        with them: they keep their fresh weights (a warm start may load the critics), every other key must match.
+        A checkpoint with guiding critics loads into a policy without guidance (its critics are not used)."""
+        if self.guide is None:  # a guided run's checkpoint sampled without guidance (guidance_scale=0): drop them
+            state_dict = {key: value for key, value in state_dict.items() if not key.startswith("guide.")}
+        absent = [name for name in self._extra_parts() if not any(k.startswith(f"{name}.") for k in state_dict)]
+        if absent:
+            missing = {key for key in self.state_dict() if key.split(".")[0] in absent}
             result = super().load_state_dict(state_dict, strict=False, assign=assign)
             extra = set(result.missing_keys) - missing
             if strict and (extra or result.unexpected_keys):
@@ -193,7 +223,17 @@ class FlowPolicy(nn.Module):
             x0 = torch.randn_like(x0) * self.config.noise_std
         if self.one_step is not None:
             return self.to_env(self.one_step_y(obs_norm, x0))
-        return self.to_env(integrate(self.velocity, obs_norm, x0, self.config.steps, self.config.integrator))
+        return self.to_env(integrate(self.field(obs), obs_norm, x0, self.config.steps, self.config.integrator))
+
+    def field(self, obs: torch.Tensor):
+        """The velocity the sampler integrates for ``obs``: v, or the Q-guided v_g (``robopt.policies.guidance``)."""
+        if self.guide is None:
+            return self.velocity
+        from robopt.policies.guidance import GuidedVelocity
+
+        guided = GuidedVelocity(self.velocity, self.guide, self.config.guidance_scale, self.action_centre,
+                                self.action_half_range)  # fmt: skip
+        return guided.bind(obs)
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Action [B, A] and info: ``noise`` [B, M, A], ``flow_time`` [B, M], ``cfm_loss`` [B, M] at these weights."""
@@ -237,6 +277,14 @@ class ExportedFlowPolicy(nn.Module):
         self.normalizer = FrozenNormalizer(policy.normalizer)
         self.velocity = copy.deepcopy(policy.velocity).eval().requires_grad_(False)
         self.one_step = None if policy.one_step is None else copy.deepcopy(policy.one_step).eval().requires_grad_(False)
+        self.guided = None
+        if policy.guide is not None:  # the critics folded in: the guided sampler traces like the plain one
+            from robopt.policies.guidance import GuidedVelocity
+
+            guide = copy.deepcopy(policy.guide).eval().requires_grad_(False)
+            guide.normalizer = FrozenNormalizer(policy.normalizer)
+            self.guided = GuidedVelocity(self.velocity, guide, policy.config.guidance_scale, policy.action_centre,
+                                         policy.action_half_range)  # fmt: skip
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.normalizer(obs)
@@ -244,19 +292,26 @@ class ExportedFlowPolicy(nn.Module):
         if self.one_step is not None:  # FQL: one network call
             y = self.one_step(torch.cat((x, x0), dim=-1))
         else:
-            y = integrate(self.velocity, x, x0, self.steps, self.integrator)
+            field = self.velocity if self.guided is None else self.guided.bind(obs)
+            y = integrate(field, x, x0, self.steps, self.integrator)
         action = y * self.action_half_range + self.action_centre
         return torch.maximum(torch.minimum(action, self.action_high), self.action_low)
 
 
 def refuse_one_step(policy, what: str) -> None:
-    """One line when ``what`` would train a flow policy's velocity while it acts through an untrained one-step net."""
+    """One line when ``what`` would train a flow policy that acts through parts it does not train: the one-step
+    network (FQL's) or the guiding critics (``qgf``'s)."""
     from robopt.options import ConfigError
 
     if getattr(policy, "one_step", None) is not None:
         raise ConfigError(
             f"{what} trains the flow's velocity field, but policy.one_step=true acts through the one-step network "
             "that only algo.name=fql trains; set policy.one_step=false (FQL can start from that run with init_from)"
+        )
+    if getattr(policy, "guide", None) is not None:
+        raise ConfigError(
+            f"{what} does not train the critics that policy.guidance_scale > 0 samples along (only algo.name=qgf "
+            "does); set policy.guidance_scale=0"
         )
 
 

@@ -163,13 +163,31 @@ def _check_out_dir(out_dir: Path, force: bool) -> None:
         raise ConfigError(f"export output {str(out_dir)!r} is not empty; pass --force to replace the export there")
 
 
-def load_exportable(run_dir: Path):
-    """The run's config, policy and its CPU export module; ConfigError (one line) when that is impossible."""
+def load_exportable(run_dir: Path, guidance_scale: float | None = None):
+    """The run's config, policy and its CPU export module; ConfigError (one line) when that is impossible.
+
+    ``guidance_scale`` re-sets a Q-guided flow policy's sampling scale (``algo.name=qgf`` runs; 0: the plain
+    flow): a deploy-time knob, the weights are the run's."""
+    from robopt.config import ExperimentConfig, build_dataclass, config_to_dict
     from robopt.evaluation import load_policy
+    from robopt.experiment import load_run_config
 
     if not Path(run_dir).is_dir():
         raise ConfigError(f"run directory {str(run_dir)!r} does not exist (or is not a directory)")
-    config, policy = load_policy(run_dir)  # one-line ConfigError for a missing, corrupt or mismatched checkpoint
+    config = None
+    if guidance_scale is not None:
+        config = load_run_config(run_dir)
+        if config.policy.name != "flow" or config.policy.guidance_scale <= 0.0:
+            raise ConfigError(
+                "--guidance-scale re-sets the scale of a Q-guided flow policy (a run of algo.name=qgf, whose critics "
+                f"it samples along); {str(run_dir)!r} has none"
+            )
+        if not guidance_scale >= 0.0 or guidance_scale == float("inf"):
+            raise ConfigError(f"--guidance-scale must be a finite number >= 0, got {guidance_scale}")
+        data = config_to_dict(config)
+        data["policy"]["guidance_scale"] = float(guidance_scale)
+        config = build_dataclass(ExperimentConfig, data)
+    config, policy = load_policy(run_dir, config)  # one-line ConfigError: missing, corrupt, mismatched checkpoint
     if not callable(getattr(policy, "export_module", None)):
         raise ConfigError(f"policy kind {config.policy.name!r} cannot be exported (it has no export_module)")
     return config, policy, policy.export_module().cpu().eval()
@@ -226,6 +244,7 @@ def export_run(
     formats: Sequence[str] = FORMATS,
     parity_steps: int = 200,
     force: bool = False,
+    guidance_scale: float | None = None,
 ) -> ExportReport:
     """Export the run's policy (default into RUN_DIR/export); ConfigError (one line) on any problem."""
     import importlib.metadata
@@ -242,7 +261,7 @@ def export_run(
     if parity_steps < 1:
         raise ConfigError(f"parity_steps must be at least 1, got {parity_steps}")
     _check_out_dir(out_dir, force)
-    config, policy, module = load_exportable(run_dir)
+    config, policy, module = load_exportable(run_dir, guidance_scale)
     env = build_env(config, num_envs=1)
     inner, horizon = step_env(env)  # what one action steps: the sidecar describes one control tick
     try:
@@ -299,12 +318,17 @@ def register(app, fail) -> None:
         fmt: str = typer.Option("both", "--format", help="onnx, torchscript or both"),
         out: Path | None = typer.Option(None, "--out", help="output directory (default RUN_DIR/export)"),
         force: bool = typer.Option(False, "--force", help="replace an existing export in the output directory"),
+        guidance_scale: float | None = typer.Option(
+            None, "--guidance-scale", help="Q-guided flow runs (algo qgf): the sampling scale to export (0: plain flow)"
+        ),
     ) -> None:
         """Export the run's deterministic policy (ONNX, TorchScript) with policy.json, checked against torch."""
         if fmt not in (*FORMATS, "both"):
             fail(f"--format must be onnx, torchscript or both, got {fmt!r}")
         try:
-            report = export_run(run_dir, out, FORMATS if fmt == "both" else (fmt,), force=force)
+            report = export_run(
+                run_dir, out, FORMATS if fmt == "both" else (fmt,), force=force, guidance_scale=guidance_scale
+            )
         except ConfigError as error:
             fail(str(error))
         for line in report.summary_lines():

@@ -53,6 +53,9 @@ def offline_config(
     policy = {"name": "gaussian", "hidden": hidden}
     if algo == "fql":
         policy = {"name": "flow", "hidden": [32, 32], "one_step": True, "draws": 1, "steps": 4}
+    elif algo == "qgf":
+        policy = {"name": "flow", "hidden": [32, 32], "guidance_scale": 0.1, "guidance_hidden": [32, 32], "draws": 1,
+                  "steps": 4}  # fmt: skip
     elif algo == "bc":
         return build_dataclass(ExperimentConfig, {
             "name": "bc", "seed": seed, "env": {"id": "robopt/MultiGoal", "num_envs": 2}, "policy": policy,
@@ -70,7 +73,7 @@ def offline_config(
             "total_steps": total_steps,
             "env": {"id": "robopt/MultiGoal", "num_envs": 2},
             "policy": policy,
-            "algo": {"name": algo, "critic_hidden": hidden, "loop": loop},
+            "algo": {"name": algo, "loop": loop, **({} if algo == "qgf" else {"critic_hidden": hidden})},
             "log": {
                 "run_root": str(tmp_path / "runs"),
                 "progress": False,
@@ -235,7 +238,7 @@ def test_one_step_policy_acts_exports_and_loads_a_cloned_flow(tmp_path):
 # ------------------------------------------------------------------------------------------- runs
 
 
-@pytest.mark.parametrize("algo", ["iql", "fql"])
+@pytest.mark.parametrize("algo", ["iql", "fql", "qgf"])
 def test_offline_then_online_resumes_exactly(tmp_path, dataset_root, algo):
     config = offline_config(tmp_path, dataset_root, algo, total_steps=400)  # 6 offline + 2 online iterations
     full = train(config)
@@ -278,8 +281,19 @@ def test_init_from_warm_starts_critics_of_an_offline_run(tmp_path, dataset_root)
             torch.testing.assert_close(getattr(loop.algorithm, name).state_dict()[key], value, rtol=0, atol=0)
     wide = build_dataclass(ExperimentConfig, {**_as_dict(config), "algo": {**_as_dict(config)["algo"],
                            "critic_hidden": [8]}})  # fmt: skip
-    with pytest.raises(ConfigError, match="its critic does not fit"):
+    with pytest.raises(ConfigError, match="its critic does not fit this config.s critics"):
         build_loop(wide, initialize=True)
+    # a Q-guided flow: its critics (in the policy) from the IQL run, with no policy source
+    guided = _as_dict(offline_config(tmp_path, dataset_root, "qgf", total_steps=200, offline_updates=0))
+    guided["init_critic_from"] = str(source.run_dir)
+    loop = build_loop(build_dataclass(ExperimentConfig, guided), initialize=True)
+    assert loop.algorithm.critic is loop.policy.guide
+    for key, value in state["critic"].items():
+        torch.testing.assert_close(loop.policy.guide.state_dict()[key], value, rtol=0, atol=0)
+    bc = _as_dict(offline_config(tmp_path, dataset_root, "bc"))
+    bc["init_critic_from"] = str(source.run_dir)
+    with pytest.raises(ConfigError, match="init_critic_from warm-starts the Q critics of off-policy algorithms"):
+        build_loop(build_dataclass(ExperimentConfig, bc), initialize=True)
 
 
 def _as_dict(config) -> dict:
@@ -297,6 +311,8 @@ def _as_dict(config) -> dict:
         ("fql", {"policy": {"name": "gaussian"}}, "algo.name=fql needs policy.name=flow with policy.one_step=true"),
         ("fql", {"policy": {"name": "flow"}}, "got FlowPolicy without policy.one_step"),
         ("iql", {"policy": {"name": "flow", "one_step": True}}, "only algo.name=fql trains"),
+        ("iql", {"policy": {"name": "flow", "guidance_scale": 0.5}}, "only algo.name=qgf"),
+        ("qgf", {"policy": {"name": "flow"}}, "algo.name=qgf needs policy.name=flow with policy.guidance_scale > 0"),
         ("iql", {"env": {"id": "Pendulum-v1"}}, "have observation size 3 and action size 2, but env 'Pendulum-v1'"),
         ("iql", {"algo": {"loop": {"buffer_size": 1000}}}, "holds 3535 transitions, more than algo.loop.buffer_size"),
         ("iql", {"algo": {"loop": {"dataset": "test/missing-v0"}}}, "missing"),
@@ -355,3 +371,21 @@ def test_a_non_finite_td_error_offline_stops_with_the_last_good_checkpoint(tmp_p
         train(offline_config(tmp_path, dataset_root, "iql"))
     (run_dir,) = (tmp_path / "runs" / "iql_offline").iterdir()
     assert load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"]["iteration"] == 2
+
+
+def test_the_guidance_scale_is_an_export_time_knob(tmp_path, dataset_root):
+    from robopt.sim2real.export import load_exportable
+
+    run = train(offline_config(tmp_path, dataset_root, "qgf"))
+    obs = torch.randn(8, 3)
+    _, policy, trained = load_exportable(run.run_dir)
+    _, plain_policy, plain = load_exportable(run.run_dir, guidance_scale=0.0)
+    _, _, stronger = load_exportable(run.run_dir, guidance_scale=1.0)
+    assert plain_policy.guide is None and policy.guide is not None
+    with torch.no_grad():
+        flow = plain_policy.clip(plain_policy.act(obs, deterministic=True)[0])
+        torch.testing.assert_close(plain(obs), flow)  # scale 0: the plain flow of the same weights
+        assert not torch.allclose(trained(obs), flow) and not torch.allclose(stronger(obs), trained(obs))
+    iql = train(offline_config(tmp_path, dataset_root, "iql"))
+    with pytest.raises(ConfigError, match="--guidance-scale re-sets the scale of a Q-guided flow policy"):
+        load_exportable(iql.run_dir, guidance_scale=0.5)

@@ -1,0 +1,59 @@
+"""What offline and offline-to-online training cost per algorithm: updates and online env steps per second.
+
+    .venv/bin/python benchmarks/offline_cost.py --dataset-root ~/.minari/datasets --root /tmp/cost
+
+Each of ``configs/{iql,fql,qgf}_hopper.yaml`` runs ``--offline-updates`` updates on the medium Hopper dataset
+and then ``--online-steps`` env steps with one update each, on one env and one torch thread, one run at a time.
+Printed per algorithm: offline updates per second (the offline iterations after the first, so start-up is
+excluded) and online env steps per second (each includes its update). Batch-1 latency of the exported
+policies is ``flow_latency.py --policies flow fql qgf``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import sys
+from pathlib import Path
+
+from robopt.experiment import load_config
+from robopt.runner import train
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def rows(run_dir: Path) -> list[dict]:
+    with open(run_dir / "progress.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algos", nargs="+", default=["iql", "fql", "qgf"], choices=["iql", "fql", "qgf"])
+    parser.add_argument("--offline-updates", type=int, default=3000)
+    parser.add_argument("--online-steps", type=int, default=3000)
+    parser.add_argument("--dataset-root", type=Path, required=True)
+    parser.add_argument("--root", type=Path, required=True)
+    args = parser.parse_args()
+    if args.offline_updates < 2000 or args.online_steps < 2000:
+        parser.error("--offline-updates and --online-steps must be >= 2000 (two iterations of 1000 each)")
+    print(f"{'algo':5} {'offline updates/s':>18} {'online env steps/s':>19}")
+    for algo in args.algos:
+        overrides = [f"algo.loop.offline_updates={args.offline_updates}", f"total_steps={args.online_steps}",
+                     f"algo.loop.dataset_root={args.dataset_root}", f"log.run_root={args.root}", "log.progress=false",
+                     "log.eval_episodes=0", "torch_threads=1"]  # fmt: skip
+        with contextlib.redirect_stdout(io.StringIO()):
+            result = train(load_config(str(CONFIGS / f"{algo}_hopper.yaml"), overrides), progress=False)
+        table = rows(result.run_dir)
+        offline = [row for row in table if float(row["env_steps"] or 0) == 0]
+        online = table[len(offline) :]
+        offline_rate = 1000 * (len(offline) - 1) / (float(offline[-1]["wall_time"]) - float(offline[0]["wall_time"]))
+        online_rate = 1000 * (len(online) - 1) / (float(online[-1]["wall_time"]) - float(online[0]["wall_time"]))
+        print(f"{algo:5} {offline_rate:>18.1f} {online_rate:>19.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
