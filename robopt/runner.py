@@ -110,9 +110,10 @@ def _describe_start(config: ExperimentConfig, loop, run_dir: Path, resumed: bool
     envs = f"{env.num_envs}"
     if collective.world_size > 1:
         envs += f" on each of {collective.world_size} ranks"
+    offline = getattr(loop, "offline_summary", "")
     return (
         f"robopt: {verb} {config.name} in {run_dir} | {config.env.id} x {envs} ({backend}) | "
-        f"torch threads: {threads} ({why}; override with torch_threads=N)"
+        f"torch threads: {threads} ({why}; override with torch_threads=N)" + (f" | {offline}" if offline else "")
     )
 
 

@@ -36,6 +36,11 @@ def load_offline_data(schedule, replay, env, env_id: str, policy) -> int:
             f"algo.loop.dataset {schedule.dataset!r} holds {size} transitions, more than algo.loop.buffer_size "
             f"{schedule.buffer_size}; raise algo.loop.buffer_size to at least {rows * num_envs}"
         )
+    if size < schedule.batch_size:
+        raise ConfigError(
+            f"algo.loop.dataset {schedule.dataset!r} holds {size} transitions, fewer than algo.loop.batch_size "
+            f"{schedule.batch_size}; lower the batch size or record more episodes"
+        )
     order = torch.arange(rows * num_envs) % size  # the last row wraps to the first transitions
     device = storage.device
     fields = (demos.obs, demos.action, demos.reward, demos.next_obs, demos.terminated, demos.truncated)

@@ -89,12 +89,17 @@ class OffPolicyLoop:
         # the observation normalizer actor and critics share, fed every observation the loop collects
         self.normalizer = policy.normalizer if policy.normalizer.enabled else None
         # offline data (robopt.algorithms.offline_data): its statistics fit the normalizer once, then it stays fixed
-        self.offline_repeats = 0
+        self.offline_summary = ""  # the start line's words on the dataset, when there is one
         if schedule.dataset:
             from robopt.algorithms.offline_data import load_offline_data
 
-            self.offline_repeats = load_offline_data(schedule, replay, env, env_id, policy)
+            repeated = load_offline_data(schedule, replay, env, env_id, policy)
             self.normalizer = None
+            self.offline_summary = (
+                f"offline data {schedule.dataset}: {replay.size - repeated} transitions"
+                + (f" (+{repeated} repeated to fill the last replay row)" if repeated else "")
+                + f", {schedule.offline_updates} offline updates first"
+            )
         self.offline_iterations = -(-schedule.offline_updates // (schedule.gradient_steps * self.phases_per_iteration))
         if self.steps_per_phase > schedule.buffer_size:
             raise ConfigError(

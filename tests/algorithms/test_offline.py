@@ -316,6 +316,7 @@ def _as_dict(config) -> dict:
         ("iql", {"env": {"id": "Pendulum-v1"}}, "have observation size 3 and action size 2, but env 'Pendulum-v1'"),
         ("iql", {"algo": {"loop": {"buffer_size": 1000}}}, "holds 3535 transitions, more than algo.loop.buffer_size"),
         ("iql", {"algo": {"loop": {"dataset": "test/missing-v0"}}}, "missing"),
+        ("iql", {"algo": {"loop": {"batch_size": 4000}}}, "holds 3535 transitions, fewer than algo.loop.batch_size"),
     ],
 )
 def test_bad_offline_input_is_one_line(tmp_path, dataset_root, algo, override, message):
