@@ -62,6 +62,18 @@ class LogConfig:
     checkpoint_every: int = option(10, "iterations between checkpoints (a final one is always written)")
     progress: bool = option(True, "show a live progress bar")
     eval_episodes: int = option(10, "episodes for the evaluation at the end of training (0 disables)")
+    eval_every: int = option(
+        0, "env steps between deterministic evaluations during training (log.eval_episodes episodes, the final "
+        "evaluation's seeds), logged as eval_return; their time is excluded from wall_time (0: none)"
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.eval_every < 0 or self.eval_episodes < 0:
+            raise ValueError(f"eval_every and eval_episodes must be >= 0, got {self.eval_every}, {self.eval_episodes}")
+        if self.eval_every > 0 and self.eval_episodes == 0:
+            raise ValueError(
+                f"eval_every={self.eval_every} needs eval_episodes > 0 (the episodes each evaluation runs)"
+            )
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,46 @@ class EvalResult:
     success_rate: float | None = None  # goal tasks (envs reporting info["is_success"]): fraction of successes
 
 
+class PeriodicEvaluation:
+    """Deterministic evaluations during training every ``log.eval_every`` env steps (rank 0), on an env of its own
+    built at the first one, with the final evaluation's episodes and seeds. The global RNG streams are restored
+    after each, so a run trains the same with or without them; ``seconds`` is their total time."""
+
+    def __init__(self, config: ExperimentConfig, env_steps: int) -> None:
+        if config.env.backend == "isaaclab":
+            raise ConfigError(
+                "log.eval_every builds a second env, and Isaac Lab runs one simulation per process; set "
+                "log.eval_every=0 (the final evaluation runs after the training envs close)"
+            )
+        self.config, self.every, self.env, self.seconds = config, config.log.eval_every, None, 0.0
+        self.next_at = (env_steps // self.every + 1) * self.every
+
+    def __call__(self, policy, env_steps: int) -> dict[str, float]:
+        """``eval_return`` (and its std, success rate) when ``env_steps`` reached the next evaluation; else {}."""
+        if env_steps < self.next_at:
+            return {}
+        from robopt.checkpoint import rng_state, set_rng_state
+
+        start, state, config = time.perf_counter(), rng_state(), self.config
+        try:
+            if self.env is None:
+                self.env = build_env(config, num_envs=config.log.eval_episodes, **evaluation_env_options(config))
+            result = evaluate_policy(policy, self.env, config.log.eval_episodes, seed=config.seed + 10_000)
+        finally:
+            set_rng_state(state)
+            self.seconds += time.perf_counter() - start
+        self.next_at = (env_steps // self.every + 1) * self.every
+        values = {"eval_return": result.mean_return, "eval_return_std": result.std_return}
+        if result.success_rate is not None:
+            values["eval_success_rate"] = result.success_rate
+        return values
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+            self.env = None
+
+
 def load_policy(run_dir: Path, config: ExperimentConfig | None = None) -> tuple[ExperimentConfig, torch.nn.Module]:
     """The run's config and its policy restored from the last checkpoint (built from ``config`` if given)."""
     config = config or load_run_config(run_dir)

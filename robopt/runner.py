@@ -16,7 +16,7 @@ from robopt.build import LAST_CHECKPOINT, build_env, build_loop, evaluation_env_
 from robopt.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from robopt.config import ConfigError, ExperimentConfig, config_to_dict
 from robopt.distributed.collective import LOCAL, Collective, join_from_environment
-from robopt.evaluation import evaluate_policy
+from robopt.evaluation import PeriodicEvaluation, evaluate_policy
 from robopt.logging import RunLogger
 
 
@@ -162,10 +162,12 @@ def _train(config, collective: Collective, resume_dir, progress, stop_at_iterati
     total_iterations = getattr(loop, "total_iterations", None) or max(
         1, getattr(loop, "offline_iterations", 0) + config.total_steps // loop.steps_per_iteration
     )
-    last_return, stopped, env_open = None, False, True
+    last_return, stopped, env_open, evaluator = None, False, True, None
     from robopt.progress import TrainingProgress
 
     try:
+        if writer and config.log.eval_every > 0:
+            evaluator = PeriodicEvaluation(config, loop.env_steps)
         with (
             _InterruptFlag() as interrupt,
             TrainingProgress(total_iterations * loop.steps_per_iteration, show_progress) as bar,
@@ -175,9 +177,11 @@ def _train(config, collective: Collective, resume_dir, progress, stop_at_iterati
             start_steps = loop.env_steps
             while loop.iteration_count < total_iterations and not getattr(loop, "finished", False):
                 metrics = loop.iteration(progress=loop.iteration_count / total_iterations)
-                elapsed = time.perf_counter() - start
+                elapsed = time.perf_counter() - start - (evaluator.seconds if evaluator is not None else 0.0)
                 metrics["steps_per_second"] = (loop.env_steps - start_steps) / elapsed
-                metrics["wall_time"] = wall_time_before + elapsed
+                metrics["wall_time"] = wall_time_before + elapsed  # training time: evaluations excluded
+                if evaluator is not None:
+                    metrics |= evaluator(loop.policy, loop.env_steps)
                 last_return = metrics.get("episode_return", last_return)
                 if logger is not None:
                     logger.log(loop.env_steps, metrics)
@@ -207,6 +211,8 @@ def _train(config, collective: Collective, resume_dir, progress, stop_at_iterati
                 scores["success_rate"] = evaluation["success_rate"]
             logger.log_summary(loop.env_steps, scores)
     finally:
+        if evaluator is not None:
+            evaluator.close()
         if logger is not None:
             logger.close()
         if env_open:
