@@ -25,9 +25,11 @@ from dataclasses import dataclass
 import torch
 
 from robopt.algorithms.offpolicy import (
+    NamedState,
     OffPolicyLoop,
     OffPolicySchedule,
     build_replay,
+    check_rates,
     frozen,
     optimizer_step,
     q_critics,
@@ -59,11 +61,7 @@ class FQLConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.learning_rate <= 0.0 or not 0.0 < self.tau <= 1.0 or not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(
-                f"need learning_rate > 0, tau in (0, 1], gamma in [0, 1]; got {self.learning_rate}, {self.tau}, "
-                f"{self.gamma}"
-            )
+        check_rates(self)
         if not self.alpha >= 0.0 or self.alpha == float("inf"):
             raise ValueError(f"alpha must be a finite number >= 0, got {self.alpha}")
         if self.num_critics < 1:
@@ -75,8 +73,10 @@ def distillation_loss(one_step_y: torch.Tensor, flow_y: torch.Tensor) -> torch.T
     return (one_step_y - flow_y.detach()).square().mean()
 
 
-class FQL:
+class FQL(NamedState):
     """One FQL update per batch: critics (TD through the one-step policy), actor (flow BC + distillation + Q)."""
+
+    STATE_PARTS = ("critic", "target_critic", "actor_optimizer", "critic_optimizer")
 
     def __init__(self, config: FQLConfig, policy, env) -> None:
         self.config, self.policy = config, policy
@@ -125,18 +125,6 @@ class FQL:
         return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "flow_loss": flow_loss.detach(),
                 "distill_loss": distill.detach(), "q_loss": q_loss.detach(), "q_mean": q.detach().mean(),
                 "td_error": td_error}  # fmt: skip
-
-    def state_dict(self) -> dict:
-        return {
-            "critic": self.critic.state_dict(),
-            "target_critic": self.target_critic.state_dict(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        for name in ("critic", "target_critic", "actor_optimizer", "critic_optimizer"):
-            getattr(self, name).load_state_dict(state[name])
 
 
 def build_fql_loop(config: FQLConfig, env, policy, seed: int = 0, env_id: str = "") -> OffPolicyLoop:

@@ -24,7 +24,15 @@ from dataclasses import dataclass
 
 import torch
 
-from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule, build_replay, optimizer_step, q_critics
+from robopt.algorithms.offpolicy import (
+    NamedState,
+    OffPolicyLoop,
+    OffPolicySchedule,
+    build_replay,
+    check_rates,
+    optimizer_step,
+    q_critics,
+)
 from robopt.core.protocols import SupportsImitation, require
 from robopt.core.q_losses import advantage_weights, expectile_loss, polyak_update, q_regression_loss
 from robopt.options import option
@@ -47,11 +55,7 @@ class IQLConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.learning_rate <= 0.0 or not 0.0 < self.tau <= 1.0 or not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(
-                f"need learning_rate > 0, tau in (0, 1], gamma in [0, 1]; got {self.learning_rate}, {self.tau}, "
-                f"{self.gamma}"
-            )
+        check_rates(self)
         if not 0.0 < self.expectile < 1.0:
             raise ValueError(f"expectile must be in (0, 1), got {self.expectile}")
         if not self.temperature >= 0.0 or not self.max_weight > 0.0:
@@ -66,8 +70,10 @@ def value_network(policy, env, hidden, activation: str) -> ValueCritic:
     return value
 
 
-class IQL:
+class IQL(NamedState):
     """One IQL update per batch: value (expectile), critics (TD to V), actor (advantage-weighted), targets."""
+
+    STATE_PARTS = ("critic", "target_critic", "value", "actor_optimizer", "critic_optimizer", "value_optimizer")
 
     def __init__(self, config: IQLConfig, policy, env) -> None:
         self.config, self.policy = config, policy
@@ -102,20 +108,6 @@ class IQL:
         return {"value_loss": value_loss.detach(), "critic_loss": critic_loss.detach(),
                 "actor_loss": actor_loss.detach(), "q_mean": q.detach().mean(), "v_mean": v.detach().mean(),
                 "advantage_mean": advantage.mean(), "weight_mean": weights.mean(), "td_error": td_error}  # fmt: skip
-
-    def state_dict(self) -> dict:
-        return {
-            "critic": self.critic.state_dict(),
-            "target_critic": self.target_critic.state_dict(),
-            "value": self.value.state_dict(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "value_optimizer": self.value_optimizer.state_dict(),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        for name in ("critic", "target_critic", "value", "actor_optimizer", "critic_optimizer", "value_optimizer"):
-            getattr(self, name).load_state_dict(state[name])
 
 
 def build_iql_loop(config: IQLConfig, env, policy, seed: int = 0, env_id: str = "") -> OffPolicyLoop:

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 
 import torch
 
-from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule, build_replay, optimizer_step
+from robopt.algorithms.offpolicy import (
+    NamedState,
+    OffPolicyLoop,
+    OffPolicySchedule,
+    build_replay,
+    check_rates,
+    optimizer_step,
+)
 from robopt.core.q_losses import aggregate_q, polyak_update, q_regression_loss
 from robopt.options import ConfigError, option
 
@@ -40,15 +47,13 @@ class QGFConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.learning_rate <= 0.0 or not 0.0 < self.tau <= 1.0 or not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(
-                f"need learning_rate > 0, tau in (0, 1], gamma in [0, 1]; got {self.learning_rate}, {self.tau}, "
-                f"{self.gamma}"
-            )
+        check_rates(self)
 
 
-class QGF:
+class QGF(NamedState):
     """One update per batch: critics by TD through the guided sampler, the flow by flow matching, targets."""
+
+    STATE_PARTS = ("critic", "target_critic", "actor_optimizer", "critic_optimizer")
 
     def __init__(self, config: QGFConfig, policy, env) -> None:
         self.config, self.policy = config, policy
@@ -76,18 +81,6 @@ class QGF:
             metrics["flow_loss"] = flow_loss.detach()
         polyak_update(self.target_critic.parameters(), self.critic.parameters(), config.tau)
         return metrics
-
-    def state_dict(self) -> dict:
-        return {
-            "critic": self.critic.state_dict(),
-            "target_critic": self.target_critic.state_dict(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        for name in ("critic", "target_critic", "actor_optimizer", "critic_optimizer"):
-            getattr(self, name).load_state_dict(state[name])
 
 
 def build_qgf_loop(config: QGFConfig, env, policy, seed: int = 0, env_id: str = "") -> OffPolicyLoop:

@@ -17,6 +17,7 @@ from robopt.algorithms.offpolicy import (
     OffPolicyLoop,
     OffPolicySchedule,
     build_replay,
+    check_rates,
     frozen,
     optimizer_step,
     q_critics,
@@ -43,11 +44,7 @@ class SACConfig:
     loop: OffPolicySchedule = option(OffPolicySchedule(), "loop rhythm: warm-up, update ratio, batch, buffer")
 
     def __post_init__(self) -> None:
-        if self.learning_rate <= 0.0 or not 0.0 < self.tau <= 1.0 or not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(
-                f"need learning_rate > 0, tau in (0, 1], gamma in [0, 1]; got {self.learning_rate}, {self.tau}, "
-                f"{self.gamma}"
-            )
+        check_rates(self)
         if self.ent_coef < 0.0:
             raise ValueError(f"ent_coef must be >= 0 (0: automatic), got {self.ent_coef}")
 
