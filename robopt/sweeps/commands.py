@@ -85,7 +85,9 @@ def tune(
     space: Path | None = typer.Option(None, "--space", help="YAML: key: {log_uniform|uniform|int|categorical: ...}"),
     trials: int | None = typer.Option(None, "--trials", help="Optuna trials to complete, pruned ones count (20)"),
     seeds_per_trial: int = typer.Option(3, "--seeds-per-trial", help="seeds 0..S-1 run for every trial"),
-    metric: str = typer.Option("final", "--metric", help="objective: final (deterministic eval) or auc"),
+    metric: str = typer.Option(
+        "final", "--metric", help="objective: final (deterministic eval), auc, or time_to:X (needs log.eval_every)"
+    ),
     cpus_per_trial: int = typer.Option(1, "--cpus-per-trial", help="CPUs (and torch threads) per run"),
     address: str = typer.Option("", "--address", help="Ray cluster ('auto', host:port); default: Ray in-process"),
     root: Path = typer.Option(Path("sweeps"), "--root", help="the study's sweep directory goes under ROOT/"),
@@ -94,7 +96,7 @@ def tune(
     """Optuna (TPE, median pruning) over a space of config keys; every trial is a few seeds of ordinary runs."""
     from robopt.sweeps.spec import load_space
     from robopt.sweeps.sweep import Sweep
-    from robopt.sweeps.tune import METRICS, check_space, run_tune
+    from robopt.sweeps.tune import check_metric, check_metric_config, check_space, run_tune
 
     target = None
     try:
@@ -103,8 +105,7 @@ def tune(
         trials = 20 if trials is None else trials
         if trials < 1 or seeds_per_trial < 1:
             _fail(f"--trials and --seeds-per-trial must be >= 1, got {trials} and {seeds_per_trial}")
-        if metric not in METRICS:
-            _fail(f"--metric {metric!r}: allowed: {', '.join(METRICS)}")
+        check_metric(metric)
         if resume is not None:
             if config is not None or space is not None:
                 _fail("--resume continues a tuning run as it was started: give no CONFIG or --space with it")
@@ -120,6 +121,7 @@ def tune(
                 _fail(f"config file {str(config)!r} not found (configs live in configs/*.yaml)")
             dimensions = load_space(space)
             check_space(config, [*(overrides or [])], dimensions)
+            check_metric_config(metric, config, [*(overrides or [])])
             target = Sweep.create(root, config, [*(overrides or [])], [], list(range(seeds_per_trial)), cpus_per_trial,
                                   kind="tune", extra={"metric": metric, "trials": trials})  # fmt: skip
             (target.path / "space.yaml").write_text(space.read_text())

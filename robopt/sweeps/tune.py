@@ -1,9 +1,11 @@
 """``robopt tune``: Optuna picks the points of a sweep (TPE sampler, median pruner), one point at a time.
 
 Each Optuna trial is a point of the sweep run on ``--seeds-per-trial`` seeds at once (Ray tasks); its objective is
-the mean over those seeds of ``final`` (the deterministic evaluation at the end of each run) or ``auc`` (the mean
-training return over the run). While the runs train, the mean of their latest training returns at the step all
-have reached is reported to the pruner every poll; a pruned point's runs are stopped and recorded ``pruned``. The
+the mean over those seeds of ``final`` (the deterministic evaluation at the end of each run), ``auc`` (the mean
+training return over the run) or ``time_to:X`` (minus the training seconds until a deterministic evaluation
+during training, ``log.eval_every``, first reached X; a run that never did scores minus twice its training time).
+While the runs train, the mean of their latest training returns at the step all have reached is reported to the
+pruner every poll; a pruned point's runs are stopped and recorded ``pruned``. The
 study is a SQLite file in the sweep directory (``study.db``): ``--resume SWEEP_DIR`` continues it, never redoing a
 finished or pruned trial; a trial the killed driver left running is marked failed and its point asked again first
 (its runs continue from their checkpoints).
@@ -21,7 +23,31 @@ from robopt.sweeps.report import area_under_curve, read_curve
 from robopt.sweeps.spec import Dimension
 from robopt.sweeps.sweep import Sweep, Trial, TrialRunner, describe
 
-METRICS = ("final", "auc")
+METRICS = ("final", "auc", "time_to:X")
+
+
+def check_metric(metric: str) -> None:
+    """One line unless ``metric`` is ``final``, ``auc`` or ``time_to:<number>``."""
+    if metric in ("final", "auc"):
+        return
+    kind, _, target = metric.partition(":")
+    try:
+        if kind == "time_to" and math.isfinite(float(target)):
+            return
+    except ValueError:
+        pass
+    raise ConfigError(f"--metric {metric!r}: allowed: final, auc, time_to:X (X a return, e.g. time_to:3000)")
+
+
+def check_metric_config(metric: str, config_path, overrides: list[str]) -> None:
+    """``time_to:X`` reads the evaluations during training: the config must make them (``log.eval_every > 0``)."""
+    from robopt.experiment import load_config
+
+    if metric.startswith("time_to:") and load_config(config_path, overrides).log.eval_every <= 0:
+        raise ConfigError(
+            f"--metric {metric} reads deterministic evaluations during training: set log.eval_every=N (env steps) "
+            "in the config or as an override"
+        )
 POLL_S = 2.0  # seconds between looks at the running seeds (and between chances to see a Ctrl-C)
 
 
@@ -74,6 +100,8 @@ def objective_value(sweep: Sweep, trial: Trial, status: dict, metric: str) -> fl
     if metric == "final":
         return float(status.get("eval_return", float("nan")))
     run_dir = sweep.run_dir(trial)
+    if metric.startswith("time_to:"):
+        return time_to_objective(run_dir, float(metric.partition(":")[2])) if run_dir is not None else float("nan")
     return area_under_curve(*read_curve(run_dir)) if run_dir is not None else float("nan")
 
 
@@ -155,3 +183,25 @@ def _one_trial(study, sweep: Sweep, runner: TrialRunner, dimensions, metric: str
         return
     study.tell(trial, value)
     echo(f"optuna trial {trial.number} {metric} {value:.1f} over {len(values)} seeds: {params}")
+
+
+def time_to_objective(run_dir, target: float) -> float:
+    """-(training seconds at the first ``eval_return >= target``) from ``progress.csv``; -(2 x the run's training
+    seconds) when no evaluation reached it; NaN when the run logged no evaluation at all."""
+    import csv
+
+    reached, last_wall, evaluated = None, 0.0, False
+    try:
+        with (run_dir / "progress.csv").open() as handle:
+            for row in csv.DictReader(handle):
+                last_wall = float(row.get("wall_time") or last_wall)
+                value = row.get("eval_return", "")
+                if value not in ("", None):
+                    evaluated = True
+                    if reached is None and float(value) >= target:
+                        reached = last_wall
+    except OSError:
+        return float("nan")
+    if not evaluated:
+        return float("nan")
+    return -reached if reached is not None else -2.0 * last_wall

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -143,3 +144,31 @@ def test_report_of_a_directory_that_is_not_a_sweep(tmp_path):
 def test_trial_status_from_the_run_exit_code():
     # 3: robopt train stopped by a non-finite value (pruned); any other non-zero exit: failed
     assert (status_of(0), status_of(3), status_of(2), status_of(-9)) == ("finished", "pruned", "failed", "failed")
+
+
+def test_time_to_objective_reads_the_evaluations_during_training(tmp_path):
+    from robopt.sweeps.tune import check_metric, time_to_objective
+
+    (tmp_path / "progress.csv").write_text(
+        "env_steps,episode_return,wall_time,eval_return\n"
+        "1000,10,1.5,\n2000,20,3.0,2500\n3000,30,4.5,\n4000,40,6.0,3100\n5000,50,7.5,2900\n"
+    )
+    assert time_to_objective(tmp_path, 3000.0) == -6.0  # the first evaluation at or above the target
+    assert time_to_objective(tmp_path, 2500.0) == -3.0
+    assert time_to_objective(tmp_path, 5000.0) == -15.0  # never reached: minus twice the training time
+    (tmp_path / "progress.csv").write_text("env_steps,episode_return,wall_time\n1000,10,1.5\n")
+    assert math.isnan(time_to_objective(tmp_path, 3000.0))  # no evaluations logged: no value
+    check_metric("time_to:3000")
+    for bad in ("time_to:", "time_to:fast", "speed", "time_to:inf"):
+        with pytest.raises(ConfigError, match="allowed: final, auc, time_to:X"):
+            check_metric(bad)
+
+
+def test_time_to_metric_needs_evaluations_during_training(tmp_path):
+    from robopt.sweeps.tune import check_metric_config
+
+    config = ROOT / "configs" / "ppo_pendulum.yaml"
+    with pytest.raises(ConfigError, match="set log.eval_every=N"):
+        check_metric_config("time_to:-200", config, [])
+    check_metric_config("time_to:-200", config, ["log.eval_every=4096"])
+    check_metric_config("final", config, [])
