@@ -89,3 +89,7 @@ register_algorithm("fql", AlgorithmSpec(FQLConfig, build_fql_loop, "off_policy",
 from robopt.algorithms.qgf import QGFConfig, build_qgf_loop  # noqa: E402
 
 register_algorithm("qgf", AlgorithmSpec(QGFConfig, build_qgf_loop, "off_policy", "Q-guided flow sampling, TD critics"))
+
+from robopt.algorithms.expo import EXPOConfig, build_expo_loop  # noqa: E402
+
+register_algorithm("expo", AlgorithmSpec(EXPOConfig, build_expo_loop, "off_policy", "EXPO: flow base, Q-trained edits"))

@@ -93,5 +93,9 @@ def build_qgf_loop(config: QGFConfig, env, policy, seed: int = 0, env_id: str = 
             f"algo.name=qgf needs policy.name=flow with policy.guidance_scale > 0 (critics that guide sampling), "
             f"got {got}"
         )
+    if policy.edit is not None:
+        raise ConfigError(
+            "algo.name=qgf guides the flow's integration; policy.edit_bound > 0 is EXPO's (algo.name=expo)"
+        )
     replay = build_replay(config.loop, config.gamma, env)
     return OffPolicyLoop(env, policy, QGF(config, policy, env), replay, config.loop, seed=seed, env_id=env_id)

@@ -68,7 +68,12 @@ class FlowPolicyConfig:
     guidance_activation: str = option(
         "relu", "Q-guided sampling: the critics' activation", ("tanh", "relu", "elu", "silu")
     )
-    guidance_critics: int = option(2, "Q-guided sampling: number of critics (their mean guides)")
+    guidance_critics: int = option(2, "Q-guided sampling and EXPO: number of critics (their mean guides or selects)")
+    edit_bound: float = option(
+        0.0, "EXPO (algo.name=expo): bound b of the Gaussian edit |delta| <= b in normalized action units; > 0 acts "
+        "by the argmax-Q of expo_samples base samples and their edits (critics: the guidance_* options)"
+    )  # fmt: skip
+    expo_samples: int = option(8, "EXPO: base samples N per action (2N candidates with their edits)")
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -85,6 +90,14 @@ class FlowPolicyConfig:
             raise ValueError("guidance_scale > 0 guides the flow's integration; a one_step policy does not integrate")
         if self.guidance_critics < 1:
             raise ValueError(f"guidance_critics must be >= 1, got {self.guidance_critics}")
+        if not self.edit_bound >= 0.0 or self.edit_bound == float("inf"):
+            raise ValueError(f"edit_bound must be a finite number >= 0 (0: no EXPO edit), got {self.edit_bound}")
+        if self.expo_samples < 1:
+            raise ValueError(f"expo_samples must be >= 1 (base samples per action), got {self.expo_samples}")
+        if self.edit_bound > 0.0 and (self.one_step or self.guidance_scale > 0.0):
+            raise ValueError(
+                "edit_bound > 0 (EXPO) excludes one_step and guidance_scale > 0: one acting rule at a time"
+            )
         if self.noise_std < 0.0 or self.output_scale <= 0.0:
             raise ValueError(f"noise_std must be >= 0 and output_scale > 0, got {self.noise_std}, {self.output_scale}")
 
@@ -154,8 +167,13 @@ class FlowPolicy(nn.Module):
             self.one_step = MLP(obs_dim + action_dim, action_dim, c.hidden, c.activation, c.output_scale,
                                 c.orthogonal_init)  # fmt: skip
 
-        self.guide = None
-        if config.guidance_scale > 0.0:  # the critics whose action gradient guides sampling (trained by qgf)
+        self.guide = self.edit = None
+        if config.edit_bound > 0.0:  # EXPO: the edit policy and the base noise of the deterministic action
+            from robopt.policies.expo import EditPolicy, fixed_noise
+
+            self.edit = EditPolicy(obs_dim, action_dim, config.hidden, config.activation, config.edit_bound)
+            self.register_buffer("expo_noise", fixed_noise(config.expo_samples, action_dim))
+        if config.guidance_scale > 0.0 or self.edit is not None:  # critics that guide (qgf) or select (expo)
             from robopt.policies.critics import QCritic
 
             self.guide = QCritic(obs_dim, action_dim, config.guidance_hidden,
@@ -163,7 +181,8 @@ class FlowPolicy(nn.Module):
             self.guide.normalizer = self.normalizer  # one observation normalizer for the flow and its critics
 
     def _extra_parts(self) -> tuple[str, ...]:
-        return tuple(name for name in ("one_step", "guide") if getattr(self, name) is not None)
+        parts = tuple(name for name in ("one_step", "guide", "edit") if getattr(self, name) is not None)
+        return (*parts, "expo_noise") if self.edit is not None else parts
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         """A checkpoint without the one-step network or the guiding critics (a cloned flow) loads into a policy
@@ -223,6 +242,10 @@ class FlowPolicy(nn.Module):
             x0 = torch.randn_like(x0) * self.config.noise_std
         if self.one_step is not None:
             return self.to_env(self.one_step_y(obs_norm, x0))
+        if self.edit is not None:
+            from robopt.policies.expo import select
+
+            return select(self, obs, obs_norm, deterministic, integrate)
         return self.to_env(integrate(self.field(obs), obs_norm, x0, self.config.steps, self.config.integrator))
 
     def field(self, obs: torch.Tensor):
@@ -277,8 +300,13 @@ class ExportedFlowPolicy(nn.Module):
         self.normalizer = FrozenNormalizer(policy.normalizer)
         self.velocity = copy.deepcopy(policy.velocity).eval().requires_grad_(False)
         self.one_step = None if policy.one_step is None else copy.deepcopy(policy.one_step).eval().requires_grad_(False)
-        self.guided = None
-        if policy.guide is not None:  # the critics folded in: the guided sampler traces like the plain one
+        self.guided = self.edit = None
+        if policy.edit is not None:  # EXPO: base samples, edits and critics folded in
+            self.config, self.edit = policy.config, copy.deepcopy(policy.edit).eval().requires_grad_(False)
+            self.register_buffer("expo_noise", policy.expo_noise.detach().clone())
+            self.guide = copy.deepcopy(policy.guide).eval().requires_grad_(False)
+            self.guide.normalizer = FrozenNormalizer(policy.normalizer)
+        elif policy.guide is not None:  # the critics folded in: the guided sampler traces like the plain one
             from robopt.policies.guidance import GuidedVelocity
 
             guide = copy.deepcopy(policy.guide).eval().requires_grad_(False)
@@ -289,12 +317,22 @@ class ExportedFlowPolicy(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.normalizer(obs)
         x0 = x.new_zeros(x.shape[0], self.action_dim)
+        if self.edit is not None:  # EXPO: the argmax-Q candidate, already clipped
+            from robopt.policies.expo import select
+
+            return select(self, obs, x, True, integrate)
         if self.one_step is not None:  # FQL: one network call
             y = self.one_step(torch.cat((x, x0), dim=-1))
         else:
             field = self.velocity if self.guided is None else self.guided.bind(obs)
             y = integrate(field, x, x0, self.steps, self.integrator)
         action = y * self.action_half_range + self.action_centre
+        return torch.maximum(torch.minimum(action, self.action_high), self.action_low)
+
+    def to_env(self, y: torch.Tensor) -> torch.Tensor:
+        return y * self.action_half_range + self.action_centre
+
+    def clip(self, action: torch.Tensor) -> torch.Tensor:
         return torch.maximum(torch.minimum(action, self.action_high), self.action_low)
 
 
@@ -310,8 +348,8 @@ def refuse_one_step(policy, what: str) -> None:
         )
     if getattr(policy, "guide", None) is not None:
         raise ConfigError(
-            f"{what} does not train the critics that policy.guidance_scale > 0 samples along (only algo.name=qgf "
-            "does); set policy.guidance_scale=0"
+            f"{what} does not train the critics that policy.guidance_scale > 0 or policy.edit_bound > 0 act through "
+            "(only algo.name=qgf and algo.name=expo do); set both to 0"
         )
 
 

@@ -48,6 +48,8 @@ def check_metric_config(metric: str, config_path, overrides: list[str]) -> None:
             f"--metric {metric} reads deterministic evaluations during training: set log.eval_every=N (env steps) "
             "in the config or as an override"
         )
+
+
 POLL_S = 2.0  # seconds between looks at the running seeds (and between chances to see a Ctrl-C)
 
 

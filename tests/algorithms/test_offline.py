@@ -56,6 +56,9 @@ def offline_config(
     elif algo == "qgf":
         policy = {"name": "flow", "hidden": hidden, "guidance_scale": 0.1, "guidance_hidden": hidden, "draws": 1,
                   "steps": 4}  # fmt: skip
+    elif algo == "expo":
+        policy = {"name": "flow", "hidden": hidden, "edit_bound": 0.5, "expo_samples": 4, "guidance_hidden": hidden,
+                  "draws": 1, "steps": 4}  # fmt: skip
     elif algo == "bc":
         return build_dataclass(ExperimentConfig, {
             "name": "bc", "seed": seed, "env": {"id": "robopt/MultiGoal", "num_envs": 2}, "policy": policy,
@@ -73,7 +76,7 @@ def offline_config(
             "total_steps": total_steps,
             "env": {"id": "robopt/MultiGoal", "num_envs": 2},
             "policy": policy,
-            "algo": {"name": algo, "loop": loop, **({} if algo == "qgf" else {"critic_hidden": hidden})},
+            "algo": {"name": algo, "loop": loop, **({} if algo in ("qgf", "expo") else {"critic_hidden": hidden})},
             "log": {
                 "run_root": str(tmp_path / "runs"),
                 "progress": False,
@@ -238,7 +241,7 @@ def test_one_step_policy_acts_exports_and_loads_a_cloned_flow(tmp_path):
 # ------------------------------------------------------------------------------------------- runs
 
 
-@pytest.mark.parametrize("algo", ["iql", "fql", "qgf"])
+@pytest.mark.parametrize("algo", ["iql", "fql", "qgf", "expo"])
 def test_offline_then_online_resumes_exactly(tmp_path, dataset_root, algo):
     config = offline_config(tmp_path, dataset_root, algo, total_steps=400)  # 6 offline + 2 online iterations
     full = train(config)
@@ -268,19 +271,25 @@ def bc_return(tmp_path_factory, dataset_root) -> float:
 @pytest.mark.parametrize("algo", ["iql", "fql", "qgf"])
 def test_offline_rl_learns_from_a_mixed_dataset_where_cloning_fails(tmp_path, dataset_root, bc_return, algo):
     """75% expert, 25% random episodes (expert 9.7, random -7.9): cloning averages the random actions in (BC
-    -9.1 deterministic over 50 episodes); IQL's advantage weights keep the expert's (2000 updates, 64-wide
-    networks: 6.9, 4.9, 3.0, 5.0 on seeds 0-3); FQL's Q term moves its one-step policy off the averaged flow
-    (alpha 0.1: 6.2 on seed 0 with 256-wide critics; alpha 1 keeps it near the flow, -18.1); Q-guided sampling
-    of the same kind of flow: -12.3 at scale 0 (the plain flow), 7.7 at 3, 9.4 at 10 (measured on one run)."""
-    config = offline_config(tmp_path, dataset_root, algo, offline_updates=2000, batch_size=256, hidden=(64, 64), seed=0)
-    data = _as_dict(config)
-    if algo == "fql":
-        data["algo"]["alpha"] = 0.1
-    if algo == "qgf":
-        data["policy"]["guidance_scale"] = 3.0
-    run = train(build_dataclass(ExperimentConfig, data))
-    result = json.loads((run.run_dir / "eval.json").read_text())["mean_return"]
-    assert result > 0.0 and result > bc_return + 5.0, (result, bc_return)
+    -9.1 deterministic over 50 episodes). After 2000 updates with 64-wide networks, deterministic returns on
+    seeds 0, 1, 2: IQL (advantage weights keep the expert's actions) 6.9, 4.9, 3.0; Q-guided sampling at scale 3
+    5.3, 7.6, 5.8 (the same weights at scale 0, the plain flow: -12.3 on one run); FQL with alpha 0.03 8.5, -4.3,
+    0.6 (alpha 0.1: 7.8, -12.2, -1.0), so FQL is held to the mean of three seeds and a smaller margin."""
+    seeds = (0, 1, 2) if algo == "fql" else (0,)
+    results, runs = [], []
+    for seed in seeds:
+        config = offline_config(tmp_path, dataset_root, algo, offline_updates=2000, batch_size=256, hidden=(64, 64),
+                                seed=seed)  # fmt: skip
+        data = _as_dict(config)
+        if algo == "fql":
+            data["algo"]["alpha"] = 0.03
+        if algo == "qgf":
+            data["policy"]["guidance_scale"] = 3.0
+        runs.append(train(build_dataclass(ExperimentConfig, data)))
+        results.append(json.loads((runs[-1].run_dir / "eval.json").read_text())["mean_return"])
+    result, margin = sum(results) / len(results), 3.0 if algo == "fql" else 5.0
+    assert result > bc_return + margin and (algo == "fql" or result > 0.0), (results, bc_return)
+    run = runs[0]
     if algo == "qgf":  # the same weights without guidance: the cloned flow, which averages the modes
         from robopt.evaluation import evaluate_policy
         from robopt.sim2real.export import load_exportable
@@ -332,8 +341,11 @@ def _as_dict(config) -> dict:
         ("fql", {"policy": {"name": "gaussian"}}, "algo.name=fql needs policy.name=flow with policy.one_step=true"),
         ("fql", {"policy": {"name": "flow"}}, "got FlowPolicy without policy.one_step"),
         ("iql", {"policy": {"name": "flow", "one_step": True}}, "only algo.name=fql trains"),
-        ("iql", {"policy": {"name": "flow", "guidance_scale": 0.5}}, "only algo.name=qgf"),
+        ("iql", {"policy": {"name": "flow", "guidance_scale": 0.5}}, "only algo.name=qgf and algo.name=expo"),
         ("qgf", {"policy": {"name": "flow"}}, "algo.name=qgf needs policy.name=flow with policy.guidance_scale > 0"),
+        ("expo", {"policy": {"name": "flow"}}, "algo.name=expo needs policy.name=flow with policy.edit_bound > 0"),
+        ("expo", {"policy": {"name": "gaussian"}}, "algo.name=expo needs policy.name=flow"),
+        ("qgf", {"policy": {"name": "flow", "edit_bound": 0.2}}, "policy.edit_bound > 0 is EXPO's"),
         ("iql", {"env": {"id": "Pendulum-v1"}}, "have observation size 3 and action size 2, but env 'Pendulum-v1'"),
         ("iql", {"algo": {"loop": {"buffer_size": 1000}}}, "holds 3535 transitions, more than algo.loop.buffer_size"),
         ("iql", {"algo": {"loop": {"dataset": "test/missing-v0"}}}, "missing"),
@@ -411,3 +423,60 @@ def test_the_guidance_scale_is_an_export_time_knob(tmp_path, dataset_root):
     iql = train(offline_config(tmp_path, dataset_root, "iql"))
     with pytest.raises(ConfigError, match="--guidance-scale re-sets the scale of a Q-guided flow policy"):
         load_exportable(iql.run_dir, guidance_scale=0.5)
+
+
+def test_expo_acts_by_the_argmax_q_of_base_samples_and_their_edits(tmp_path):
+    torch.manual_seed(0)
+    config = FlowPolicyConfig(hidden=(16, 16), steps=3, output_scale=1.0, edit_bound=0.3, expo_samples=5,
+                              guidance_hidden=(16, 16), normalize_obs=False)  # fmt: skip
+    policy = FlowPolicy(3, 2, FakeEnv.action_low, FakeEnv.action_high, config)
+    best = torch.tensor([0.5, -0.3])
+    policy.guide = QuadraticCritic(best)
+    obs = torch.randn(6, 3)
+    action, _ = policy.act(obs, deterministic=True)
+    # by hand: 5 base samples from the fixed noise (the first 0), their deterministic edits, 10 candidates
+    base = integrate(policy.velocity, obs.repeat_interleave(5, 0), policy.expo_noise.repeat(6, 1), 3, "euler")
+    delta = policy.edit.deterministic(obs.repeat_interleave(5, 0), base)
+    assert float(delta.abs().max()) <= 0.3 and torch.equal(policy.expo_noise[0], torch.zeros(2))
+    candidates = torch.cat(((base).clamp(-1, 1).reshape(6, 5, 2), (base + delta).clamp(-1, 1).reshape(6, 5, 2)), 1)
+    chosen = candidates[torch.arange(6), (-(candidates - best).square().sum(-1)).argmax(1)]
+    torch.testing.assert_close(action, chosen, rtol=0, atol=0)
+    # the edit's log-probability: a tanh-squashed Gaussian scaled by the bound, checked against torch.distributions
+    y = torch.randn(64, 2)
+    torch.manual_seed(1)
+    delta, log_prob = policy.edit.rsample(obs[:1].expand(64, -1), y)
+    mean, log_std = policy.edit._gaussian(obs[:1].expand(64, -1), y)
+    u = torch.atanh(delta / 0.3)
+    reference = torch.distributions.Normal(mean, log_std.exp()).log_prob(u) - torch.log(0.3 * (1 - torch.tanh(u) ** 2))
+    torch.testing.assert_close(log_prob, reference.sum(-1), rtol=1e-4, atol=1e-4)
+
+
+def test_expo_export_folds_in_base_edit_and_critics(tmp_path):
+    torch.manual_seed(0)
+    config = FlowPolicyConfig(hidden=(16, 16), steps=3, output_scale=1.0, edit_bound=0.3, expo_samples=4,
+                              guidance_hidden=(16, 16))  # fmt: skip
+    policy = FlowPolicy(3, 2, FakeEnv.action_low, FakeEnv.action_high, config)
+    policy.normalizer.update(torch.randn(64, 3) * 2)
+    obs = torch.randn(8, 3)
+    exported = policy.export_module()
+    torch.testing.assert_close(exported(obs), policy.act(obs, deterministic=True)[0], rtol=1e-6, atol=1e-6)
+    onnxruntime = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    path = tmp_path / "expo.onnx"
+    program = torch.onnx.export(exported, (obs[:4],), dynamo=True, dynamic_shapes={"obs": {0: torch.export.Dim("b")}},
+                                input_names=["obs"], output_names=["action"], verbose=False)  # fmt: skip
+    program.save(str(path))
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (action,) = session.run(None, {"obs": obs.numpy()})
+    torch.testing.assert_close(torch.from_numpy(action), exported(obs), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [({"edit_bound": -0.1}, "edit_bound must be a finite number >= 0"),
+     ({"edit_bound": 0.1, "expo_samples": 0}, "expo_samples must be >= 1"),
+     ({"edit_bound": 0.1, "one_step": True}, "edit_bound > 0 \\(EXPO\\) excludes one_step")],
+)  # fmt: skip
+def test_bad_expo_settings_are_refused(changes, message):
+    with pytest.raises(ValueError, match=message):
+        FlowPolicyConfig(**changes)
