@@ -14,7 +14,8 @@ shared machine hits every row alike. Printed per row: median and p90 microsecond
 multiple of the Gaussian's on the same runtime, and the largest |action - eager action| on random inputs.
 --policies picks the generative kinds timed (default all; the Gaussian row is always there): ``fql`` is the
 one-step policy of flow Q-learning (one network of the flow's widths), ``qgf`` the Q-guided flow per --steps
-value (each step also differentiates two critics of --hidden widths, folded into the graph).
+value (each step also differentiates two critics of --hidden widths, folded into the graph), ``expo`` EXPO's
+acting rule (8 base samples integrated with --steps, their edits, the argmax of two critics over 16 candidates).
 
 Random policies of --obs-dim, --action-dim and --hidden widths by default (HalfCheetah sizes): the flow's
 velocity MLP, the diffusion policy's noise-predictor MLP (action chunk H = 1) and the Gaussian's mean MLP all
@@ -46,7 +47,7 @@ from robopt.policies.flow import INTEGRATORS, FlowPolicyConfig
 from robopt.sim2real.export import export_onnx, quiet  # the exporters, silenced
 
 ROUNDS = 10
-KINDS = ("flow", "diffusion", "fql", "qgf")
+KINDS = ("flow", "diffusion", "fql", "qgf", "expo")
 
 
 def with_steps(policy: FlowPolicy, steps: int, integrator: str | None) -> FlowPolicy:
@@ -219,6 +220,9 @@ def main() -> None:
         if "qgf" in args.policies:  # Q-guided flow: each step also back-propagates through 2 critics of --hidden
             guided = variant(flow, guidance_scale=0.05, guidance_hidden=tuple(args.hidden))
             rows += [(f"qgf {n}", with_steps(guided, n, args.integrator).export_module().eval()) for n in args.steps]
+        if "expo" in args.policies:  # EXPO: 8 base samples of the flow, their edits, 16 candidates through 2 critics
+            edited = variant(flow, edit_bound=0.2, expo_samples=8, guidance_hidden=tuple(args.hidden))
+            rows += [(f"expo {n}", with_steps(edited, n, args.integrator).export_module().eval()) for n in args.steps]
     except ValueError as error:
         parser.error(str(error))
     rows.append(("gaussian", gaussian.export_module().eval()))
