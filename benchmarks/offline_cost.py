@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/offline_cost.py --dataset-root ~/.minari/datasets --root /tmp/cost
 
-Each of ``configs/{iql,fql,qgf}_hopper.yaml`` runs ``--offline-updates`` updates on the medium Hopper dataset
-and then ``--online-steps`` env steps with one update each, on one env and one torch thread, one run at a time.
+Each of ``configs/{iql,fql,qgf,expo}_hopper.yaml`` runs ``--offline-updates`` updates on the medium Hopper
+dataset and then ``--online-steps`` env steps with one update each, on one env and one torch thread, one run at a time.
 Printed per algorithm: offline updates per second (the offline iterations after the first, so start-up is
 excluded) and online env steps per second (each includes its update). Batch-1 latency of the exported
 policies is ``flow_latency.py --policies flow fql qgf``.
@@ -31,7 +31,9 @@ def rows(run_dir: Path) -> list[dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algos", nargs="+", default=["iql", "fql", "qgf"], choices=["iql", "fql", "qgf"])
+    parser.add_argument(
+        "--algos", nargs="+", default=["iql", "fql", "qgf", "expo"], choices=["iql", "fql", "qgf", "expo"]
+    )
     parser.add_argument("--offline-updates", type=int, default=3000)
     parser.add_argument("--online-steps", type=int, default=3000)
     parser.add_argument("--dataset-root", type=Path, required=True)

@@ -1,10 +1,10 @@
-"""Hopper: offline RL on the medium dataset, then online fine-tuning in the same run, for IQL, FQL and Q-guided flow.
+"""Hopper: offline RL on the medium dataset, then online fine-tuning in the same run (IQL, FQL, QGF, EXPO).
 
     .venv/bin/python benchmarks/offline_hopper.py --seeds 0 1 2 --offline-updates 20000 --online 25000 50000
 
-Per seed and algorithm (``configs/{iql,fql,qgf}_hopper.yaml``): ``--offline-updates`` gradient updates on the
-dataset alone, evaluated; then the same run continues online (one update per env step, offline and online data in
-one replay) and is evaluated after each ``--online`` env-step count. Each evaluation is ``--episodes`` fresh
+Per seed and algorithm (``configs/{iql,fql,qgf,expo}_hopper.yaml``): ``--offline-updates`` gradient updates on
+the dataset alone, evaluated; then the same run continues online (one update per env step, offline and online
+data in one replay) and is evaluated after each ``--online`` env-step count. Each evaluation is ``--episodes`` fresh
 episodes, deterministic and stochastic (``finetune_common.evaluate``). The dataset must exist under
 ``--dataset-root`` (``robopt collect <TRPO Hopper run> --episodes 100 --action-noise 0.7 --out hopper/medium``,
 as for ``finetune_hopper.py``). Runs go one at a time; wall seconds include nothing but training.
@@ -44,7 +44,7 @@ def quiet(config, **kwargs) -> tuple[Path, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--algos", nargs="+", default=["iql", "fql"], choices=["iql", "fql", "qgf"])
+    parser.add_argument("--algos", nargs="+", default=["iql", "fql"], choices=["iql", "fql", "qgf", "expo"])
     parser.add_argument("--offline-updates", type=int, default=20_000)
     parser.add_argument("--online", type=int, nargs="*", default=[25_000, 50_000], help="env steps to evaluate at")
     parser.add_argument("--episodes", type=int, default=20)
