@@ -187,7 +187,8 @@ def load_exportable(run_dir: Path, guidance_scale: float | None = None):
         data = config_to_dict(config)
         data["policy"]["guidance_scale"] = float(guidance_scale)
         config = build_dataclass(ExperimentConfig, data)
-    config, policy = load_policy(run_dir, config)  # one-line ConfigError: missing, corrupt, mismatched checkpoint
+    # one-line ConfigError for a missing, corrupt or mismatched checkpoint
+    config, policy = load_policy(run_dir) if config is None else load_policy(run_dir, config)
     if not callable(getattr(policy, "export_module", None)):
         raise ConfigError(f"policy kind {config.policy.name!r} cannot be exported (it has no export_module)")
     return config, policy, policy.export_module().cpu().eval()

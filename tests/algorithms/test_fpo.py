@@ -30,7 +30,7 @@ def _experiment(tmp_path, algo: dict, policy: dict) -> dict:
         ({"draws": 0}, "policy: draws must be >= 1 (Monte Carlo draws per action), got 0"),
         ({"time_embedding": 5}, "policy: time_embedding must be an even number >= 2, got 5"),
         ({"integrator": "rk4"}, "policy.integrator: 'rk4' is not allowed; allowed: euler, midpoint, heun"),
-        ({"log_std_init": -0.5}, "unknown config key 'policy.log_std_init'; allowed: activation, draws, hidden"),
+        ({"log_std_init": -0.5}, "unknown config key 'policy.log_std_init'; allowed: activation, draws, edit_bound"),
         ({"squash": True}, "unknown config key 'policy.squash'"),
     ],
 )
