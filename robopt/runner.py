@@ -129,9 +129,12 @@ def train(
     """
     collective = join_from_environment(config.device)  # LOCAL unless launched by torchrun / --nproc
     try:
-        return _train(config, collective, resume_dir, progress, stop_at_iteration)
-    finally:
+        result = _train(config, collective, resume_dir, progress, stop_at_iteration)
+    except BaseException:
         collective.close()
+        raise
+    collective.close(synchronize=True)  # every rank done: none tears its connections down under another
+    return result
 
 
 def _train(config, collective: Collective, resume_dir, progress, stop_at_iteration) -> TrainResult:

@@ -86,8 +86,8 @@ class Collective:
         """Every rank's ``obj`` as a list on rank 0 (None elsewhere)."""
         return [obj]
 
-    def close(self) -> None:
-        """Leave the process group."""
+    def close(self, synchronize: bool = False) -> None:
+        """Leave the process group (``synchronize``: after a barrier, when every rank finished normally)."""
 
 
 LOCAL = Collective()
@@ -164,8 +164,13 @@ class TorchCollective(Collective):
         self._call("gather", self.dist.gather_object, obj, gathered, dst=0)
         return gathered
 
-    def close(self) -> None:
+    def close(self, synchronize: bool = False) -> None:
         if self.dist.is_initialized():
+            if synchronize:  # rank 0 may still be evaluating or writing; a rank leaving first tore gloo down
+                try:  # under it now and then ("terminate called without an active exception", signal 6)
+                    self.dist.barrier()
+                except Exception:  # noqa: BLE001 - a peer gone at the end changes nothing: leave anyway
+                    pass
             self.dist.destroy_process_group()
 
 
