@@ -27,14 +27,13 @@ from dataclasses import dataclass
 import torch
 
 from robopt.algorithms.offpolicy import (
-    NamedState,
     OffPolicyLoop,
     OffPolicySchedule,
     build_replay,
-    check_rates,
     frozen,
     optimizer_step,
 )
+from robopt.algorithms.offpolicy_parts import NamedState, check_rates
 from robopt.core.q_losses import polyak_update, q_regression_loss, temperature_loss
 from robopt.options import ConfigError, option
 from robopt.policies.flow import integrate

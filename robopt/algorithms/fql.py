@@ -25,15 +25,14 @@ from dataclasses import dataclass
 import torch
 
 from robopt.algorithms.offpolicy import (
-    NamedState,
     OffPolicyLoop,
     OffPolicySchedule,
     build_replay,
-    check_rates,
     frozen,
     optimizer_step,
     q_critics,
 )
+from robopt.algorithms.offpolicy_parts import NamedState, check_rates
 from robopt.core.q_losses import aggregate_q, polyak_update, q_regression_loss
 from robopt.options import ConfigError, option
 from robopt.policies.flow import integrate

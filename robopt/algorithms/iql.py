@@ -25,14 +25,13 @@ from dataclasses import dataclass
 import torch
 
 from robopt.algorithms.offpolicy import (
-    NamedState,
     OffPolicyLoop,
     OffPolicySchedule,
     build_replay,
-    check_rates,
     optimizer_step,
     q_critics,
 )
+from robopt.algorithms.offpolicy_parts import NamedState, check_rates
 from robopt.core.protocols import SupportsImitation, require
 from robopt.core.q_losses import advantage_weights, expectile_loss, polyak_update, q_regression_loss
 from robopt.options import option

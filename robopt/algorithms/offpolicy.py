@@ -363,30 +363,6 @@ def q_critics(policy, env, hidden, activation: str, num_critics: int, layer_norm
     return critic, target
 
 
-def check_rates(config) -> None:
-    """ValueError unless ``config.learning_rate > 0``, ``tau`` in (0, 1] and ``gamma`` in [0, 1] (every off-policy
-    algorithm's config checks these first)."""
-    if config.learning_rate <= 0.0 or not 0.0 < config.tau <= 1.0 or not 0.0 <= config.gamma <= 1.0:
-        raise ValueError(
-            f"need learning_rate > 0, tau in (0, 1], gamma in [0, 1]; got {config.learning_rate}, {config.tau}, "
-            f"{config.gamma}"
-        )
-
-
-class NamedState:
-    """``state_dict``/``load_state_dict`` of an algorithm as the state of its parts named in ``STATE_PARTS``
-    (modules and optimizers)."""
-
-    STATE_PARTS: tuple[str, ...] = ()
-
-    def state_dict(self) -> dict:
-        return {name: getattr(self, name).state_dict() for name in self.STATE_PARTS}
-
-    def load_state_dict(self, state: dict) -> None:
-        for name in self.STATE_PARTS:
-            getattr(self, name).load_state_dict(state[name])
-
-
 def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, collective=None) -> None:
     """Backward and step; with a data-parallel ``collective`` the gradients are averaged over ranks first (one
     all_reduce of their concatenation)."""

@@ -17,12 +17,12 @@ from robopt.algorithms.offpolicy import (
     OffPolicyLoop,
     OffPolicySchedule,
     build_replay,
-    check_rates,
     frozen,
     optimizer_step,
     q_critics,
 )
 from robopt.algorithms.offpolicy_compiled import CompiledSACUpdate
+from robopt.algorithms.offpolicy_parts import check_rates
 from robopt.core.q_losses import polyak_update, q_regression_loss, sac_actor_loss, soft_q_target, temperature_loss
 from robopt.options import ConfigError, option
 

@@ -265,6 +265,8 @@ class FlowPolicy(nn.Module):
                 return self.act(obs, deterministic)
         obs_norm = self._obs_norm(obs)
         action = self.sample(obs, deterministic, obs_norm)
+        if self._extra_parts():  # acts through parts FPO refuses: nobody reads FPO's ratio draws, skip them
+            return action, {}
         noise, t = self._draws(obs.shape[0], action)
         # y from the stored action, as log_ratio computes it: the two losses then agree to the last bit
         loss = self.cfm_loss(obs_norm, self.to_normalized(action), noise, t)
