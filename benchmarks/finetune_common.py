@@ -64,25 +64,51 @@ def return_figures(returns: list[float], reached: list[int], env) -> dict:
     return {"return": statistics.mean(returns), "return_std": statistics.pstdev(returns)}
 
 
-def quiet_train(config_path: Path, overrides: list[str]) -> tuple[Path, float]:
-    """Train a config quietly: (run dir, wall seconds)."""
+def quiet_train(config_path: Path, overrides: list[str], resume_dir: Path | None = None,
+                stop_at_iteration: int | None = None) -> tuple[Path, float]:  # fmt: skip
+    """Train a config quietly (or continue ``resume_dir``, up to ``stop_at_iteration``): (run dir, wall seconds)."""
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        result = train(load_config(str(config_path), overrides), progress=False)
+        config = load_config(str(config_path), overrides)
+        result = train(config, resume_dir=resume_dir, progress=False, stop_at_iteration=stop_at_iteration)
     return result.run_dir, time.perf_counter() - start
 
 
+def iteration_steps(config_path: Path, overrides: list[str]) -> int:
+    """Env steps of one iteration of the config: on-policy, rollout steps x envs x action-chunk horizon;
+    off-policy, ``algo.loop.iteration_steps`` rounded up to whole phases of train_freq x envs x horizon."""
+    config = load_config(str(config_path), overrides)
+    horizon = max(1, getattr(config.policy, "horizon", 1) or 1)
+    loop = getattr(config.algo, "loop", None)
+    if loop is None:
+        return config.rollout.num_steps * config.env.num_envs * horizon
+    phase = loop.train_freq * config.env.num_envs * horizon
+    return math.ceil(loop.iteration_steps / phase) * phase
+
+
 def run_kind(kind: str, configs: tuple[Path, Path], seed: int, common: list[str], bc_extra: list[str],
-             ft_extra: list[str], budget: int, episodes: int, figures) -> dict:  # fmt: skip
-    """BC then fine-tuning for one policy kind and seed: figures of both, and their wall seconds."""
+             ft_extra: list[str], budget: int, episodes: int, figures, at: list[int] = ()) -> dict:  # fmt: skip
+    """BC then fine-tuning for one policy kind and seed: figures of both, and their wall seconds.
+
+    ``at``: env-step counts (below ``budget``) at which the fine-tuning run also stops, is evaluated and continues
+    (``record["stages"]``); a stage ends at the first iteration boundary at or past its count."""
     bc_config, ft_config = configs
     eval_seed = 10_000 + seed
     bc_dir, bc_seconds = quiet_train(bc_config, [*common, *bc_extra, f"seed={seed}"])
     bc = evaluate(bc_dir, episodes, eval_seed, figures)
     ft_overrides = [*common, *ft_extra, f"seed={seed}", f"total_steps={budget}", f"init_from={bc_dir}"]
-    ft_dir, ft_seconds = quiet_train(ft_config, ft_overrides)
+    per_iteration = iteration_steps(ft_config, ft_overrides)
+    stages, ft_dir, ft_seconds = {}, None, 0.0
+    for steps in sorted(s for s in at if s < budget):
+        ft_dir, seconds = quiet_train(ft_config, ft_overrides, ft_dir, math.ceil(steps / per_iteration))
+        stages[str(steps)] = {"env_steps": math.ceil(steps / per_iteration) * per_iteration, "seconds": seconds,
+                              **evaluate(ft_dir, episodes, eval_seed, figures)}  # fmt: skip
+        ft_seconds += seconds
+    ft_dir, seconds = quiet_train(ft_config, ft_overrides, ft_dir)
+    ft_seconds += seconds
     ft = evaluate(ft_dir, episodes, eval_seed, figures)
-    return {"kind": kind, "seed": seed, "bc": bc, "ft": ft, "bc_seconds": bc_seconds, "ft_seconds": ft_seconds}
+    return {"kind": kind, "seed": seed, "bc": bc, "ft": ft, "stages": stages, "bc_seconds": bc_seconds,
+            "ft_seconds": ft_seconds}  # fmt: skip
 
 
 def mean_std(values: list[float]) -> str:

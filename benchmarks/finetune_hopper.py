@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from finetune_common import print_table, quiet_train, return_figures, run_kind  # noqa: E402
+from finetune_common import MODES, mean_std, print_table, quiet_train, return_figures, run_kind  # noqa: E402
 
 from robopt.data.collect import collect  # noqa: E402
 
@@ -33,6 +33,7 @@ KINDS = {
     "gaussian": (CONFIGS / "bc_gaussian_hopper.yaml", CONFIGS / "ppo_finetune_hopper.yaml"),
     "flow": (CONFIGS / "bc_flow_hopper.yaml", CONFIGS / "fpo_finetune_hopper.yaml"),
     "diffusion": (CONFIGS / "bc_diffusion_hopper.yaml", CONFIGS / "dppo_hopper.yaml"),
+    "ogpo": (CONFIGS / "bc_diffusion_hopper.yaml", CONFIGS / "ogpo_hopper.yaml"),  # the same BC start as DPPO's
 }
 
 
@@ -48,6 +49,10 @@ def main() -> int:
     parser.add_argument("--action-noise", type=float, default=0.1)
     parser.add_argument("--bc-epochs", type=int, default=0, help="override algo.epochs of the BC configs (0: keep)")
     parser.add_argument("--root", type=Path, default=None, help="keep datasets and runs here (default: temporary)")
+    parser.add_argument("--dataset-root", type=Path, default=None,
+                        help="use hopper/medium-v0 already under this directory (no source run, no recording)")
+    parser.add_argument("--at", type=int, nargs="*", default=[],
+                        help="also evaluate the fine-tuning run at these env-step counts (below --budget)")
     parser.add_argument("--out", type=Path, default=None, help="write the records as JSON")
     args = parser.parse_args()
     print(f"finetune_hopper {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
@@ -56,22 +61,25 @@ def main() -> int:
         root = args.root or Path(temporary)
         common = [f"log.run_root={root}/runs", "log.progress=false", "log.eval_episodes=0"]
         source = args.source
-        if source is None:
+        if args.dataset_root is not None:
+            common.append(f"algo.dataset_root={args.dataset_root}")
+        elif source is None:
             source, seconds = quiet_train(
                 CONFIGS / "ppo_hopper_native.yaml", [*common, f"total_steps={args.source_steps}"]
             )
             print(f"source: PPO {args.source_steps} steps in {seconds:.0f} s: {source}", flush=True)
-        data = collect("hopper/medium", args.dataset_episodes, run_dir=source, action_noise=args.action_noise,
-                       root=root / "datasets", force=True, progress=False)  # fmt: skip
-        print(data.summary(), flush=True)
-        common.append(f"algo.dataset_root={root / 'datasets'}")
+        if args.dataset_root is None:
+            data = collect("hopper/medium", args.dataset_episodes, run_dir=source, action_noise=args.action_noise,
+                           root=root / "datasets", force=True, progress=False)  # fmt: skip
+            print(data.summary(), flush=True)
+            common.append(f"algo.dataset_root={root / 'datasets'}")
         bc_extra = [f"algo.epochs={args.bc_epochs}"] if args.bc_epochs > 0 else []
         records = []
         for seed in args.seeds:
             for kind in args.kinds:
                 record = run_kind(
                     kind, KINDS[kind], seed, common[:3], [*bc_extra, common[3]], [], args.budget, args.episodes,
-                    return_figures,
+                    return_figures, args.at,
                 )  # fmt: skip
                 records.append(record)
                 print(f"  seed {seed} {kind:9}: BC det {record['bc']['deterministic']['return']:8.1f} "
@@ -79,7 +87,17 @@ def main() -> int:
                       f"fine-tuned det {record['ft']['deterministic']['return']:8.1f} "
                       f"sto {record['ft']['stochastic']['return']:8.1f} ({record['ft_seconds']:.0f} s)",
                       flush=True)  # fmt: skip
+                for steps, stage in record["stages"].items():
+                    print(f"    at {steps} ({stage['env_steps']} steps): det {stage['deterministic']['return']:8.1f}"
+                          f" sto {stage['stochastic']['return']:8.1f}", flush=True)  # fmt: skip
+                if args.out:
+                    args.out.write_text(json.dumps(records, indent=1))
     print_table(records, ["return"])
+    for kind in args.kinds:
+        rows = [record for record in records if record["kind"] == kind]
+        for steps in rows[0]["stages"] if rows else []:
+            cells = [mean_std([row["stages"][steps][mode]["return"] for row in rows]) for mode in MODES]
+            print(f"{kind:10} at {steps:>7} deterministic {cells[0]:>20} stochastic {cells[1]:>20}")
     if args.out:
         args.out.write_text(json.dumps(records, indent=1))
     return 0

@@ -277,7 +277,7 @@ def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, col
                 f"init_critic_from warm-starts the Q critics of off-policy algorithms; algo.name={algo_name} has none"
             )
         ft_steps, steps = getattr(config.policy, "ft_steps", 0), getattr(config.policy, "denoising_steps", 0)
-        if initialize and not config.init_from and ft_steps < steps and spec.kind == "on_policy":
+        if initialize and not config.init_from and ft_steps < steps and spec.kind != "pretrain":
             raise ConfigError(
                 f"policy.ft_steps={ft_steps} < policy.denoising_steps={steps}: RL trains only the last {ft_steps} "
                 "denoising steps and freezes the others, so start from a pretrained policy (init_from=RUN_DIR) or "
@@ -298,6 +298,8 @@ def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, col
             loop = spec.build(config.algo, env, policy, seed=rank_seed, env_id=config.env.id)
             if initialize and (config.init_from or config.init_critic_from) and spec.kind == "off_policy":
                 initialize_critics(loop.algorithm, config)
+            if config.init_from and config.init_normalizer == "frozen" and spec.kind == "off_policy":
+                loop.normalizer = None  # the pretrained policy's statistics stay those it was trained under
             if collective.world_size > 1:
                 loop.use_collective(collective)  # refuses what cannot run on several ranks (pretraining)
                 seed_everything(rank_seed)

@@ -93,3 +93,7 @@ register_algorithm("qgf", AlgorithmSpec(QGFConfig, build_qgf_loop, "off_policy",
 from robopt.algorithms.expo import EXPOConfig, build_expo_loop  # noqa: E402
 
 register_algorithm("expo", AlgorithmSpec(EXPOConfig, build_expo_loop, "off_policy", "EXPO: flow base, Q-trained edits"))
+
+from robopt.algorithms.ogpo import OGPOConfig, build_ogpo_loop  # noqa: E402
+
+register_algorithm("ogpo", AlgorithmSpec(OGPOConfig, build_ogpo_loop, "off_policy", "OGPO: clipped chain, Q reward"))

@@ -86,6 +86,7 @@ class OffPolicyLoop:
         self.iteration_count, self.env_steps = 0, 0
         self.env_log = EnvLog()  # env statistics (info["log"]) of the current iteration
         self.uses_priorities = hasattr(replay.sampler, "anneal")  # uniform sampling: skip the priority update
+        self.observe = getattr(algorithm, "observe", None)  # an algorithm that keeps episodes of its own (OGPO)
         # the observation normalizer actor and critics share, fed every observation the loop collects
         self.normalizer = policy.normalizer if policy.normalizer.enabled else None
         # offline data (robopt.algorithms.offline_data): its statistics fit the normalizer once, then it stays fixed
@@ -101,10 +102,10 @@ class OffPolicyLoop:
                 + f", {schedule.offline_updates} offline updates first"
             )
         self.offline_iterations = -(-schedule.offline_updates // (schedule.gradient_steps * self.phases_per_iteration))
-        if self.steps_per_phase > schedule.buffer_size:
+        if env.num_envs * schedule.train_freq > schedule.buffer_size:
             raise ConfigError(
                 f"env.num_envs x algo.loop.train_freq = {env.num_envs} x {schedule.train_freq} = "
-                f"{self.steps_per_phase} transitions per phase do not fit in algo.loop.buffer_size "
+                f"{env.num_envs * schedule.train_freq} transitions per phase do not fit in algo.loop.buffer_size "
                 f"{schedule.buffer_size}; raise algo.loop.buffer_size or lower train_freq or num_envs"
             )
 
@@ -133,8 +134,11 @@ class OffPolicyLoop:
 
     @property
     def steps_per_phase(self) -> int:
-        """Env steps per phase, summed over envs (and over ranks in a data-parallel run)."""
-        return self.schedule.train_freq * self.env.num_envs * self.collective.world_size
+        """Env steps per phase, summed over envs (and over ranks in a data-parallel run); a decision of an
+        action-chunk env (``policy.horizon`` H) is H env steps, as on-policy."""
+        return (
+            self.schedule.train_freq * self.env.num_envs * self.collective.world_size * getattr(self.env, "horizon", 1)
+        )
 
     @property
     def phases_per_iteration(self) -> int:
@@ -171,13 +175,15 @@ class OffPolicyLoop:
             next_obs, reward, terminated, truncated, info = env.step(action)
             finite &= torch.isfinite(next_obs).all() & torch.isfinite(reward).all()
             self.replay.extend(self.obs, action, reward, info["final_obs"], terminated, truncated)
+            if self.observe is not None:
+                self.observe(self.obs, action, terminated | truncated, info)
             returns.append(info["episode_return"])
             lengths.append(info["episode_length"])
             self.env_log.add(info)
             if "is_success" in info:  # goal tasks: success of the episode that ended (its last observation)
                 successes.append(info["is_success"] & (terminated | truncated))
             self.obs = next_obs
-            self.env_steps += env.num_envs * self.collective.world_size
+            self.env_steps += env.num_envs * self.collective.world_size * getattr(env, "horizon", 1)
         if self.normalizer is not None:  # the phase's observations, before its updates sample them
             seen = torch.cat(seen)  # [train_freq x N, D]; a non-finite one stops the iteration
             if self.collective.world_size == 1:

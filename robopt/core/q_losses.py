@@ -19,6 +19,10 @@ A replay batch's ``discount`` is the bootstrap factor (gamma, or gamma^k after a
   V(s) toward an upper expectile of Q(s, a) over the data's actions (Kostrikov et al. 2022, eq. 5).
 - ``advantage_weights``: min(exp(beta A), w_max), IQL's advantage-weighted extraction (AWR; eq. 7).
 - ``aggregate_q``: min or mean over critics, [C, B] -> [B] (FQL and EXPO pick per task).
+- ``sampled_advantage``: OGPO's advantage of M actions sampled per state from the critics' values q [C, S, M]:
+  A = Q(s, a_m) - mean_m Q(s, a_m) (the sample-mean baseline), either of the critics' mean or two-sided
+  conservative (per critic, kept only where every critic agrees on its sign, and then the smallest in magnitude),
+  optionally divided by the per-state (or batch) standard deviation (variance reduction).
 """
 
 from __future__ import annotations
@@ -121,3 +125,33 @@ def aggregate_q(q: torch.Tensor, how: str) -> torch.Tensor:
     if q.dim() == 1:
         return q
     return q.min(0).values if how == "min" else q.mean(0)
+
+
+def sampled_advantage(
+    q: torch.Tensor, how: str = "conservative", norm: str = "state", eps: float = 1e-6
+) -> torch.Tensor:
+    """Advantages [S, M] of M sampled actions per state from critic values ``q`` [C, S, M] (no gradient).
+
+    ``how``: ``mean`` takes the critics' mean Q then subtracts its mean over the M samples; ``conservative``
+    subtracts each critic's own sample mean and keeps A only where all C critics agree on its sign, as the one
+    closest to 0 (an action is pushed up only when every critic ranks it above the others, and down likewise).
+    ``norm``: ``state`` divides by the std over the M samples of each state (+ eps), ``batch`` by the std of all
+    S x M advantages, ``none`` leaves them in Q's units.
+    """
+    if how not in ("mean", "conservative") or norm not in ("state", "batch", "none"):
+        raise ValueError(f"sampled_advantage: how (mean, conservative), norm (state, batch, none); got {how}, {norm}")
+    q = q.detach()
+    if q.dim() == 2:
+        q = q.unsqueeze(0)
+    per_critic = q - q.mean(-1, keepdim=True)  # [C, S, M]
+    if how == "mean":
+        advantage = per_critic.mean(0)
+    else:
+        agree = (per_critic > 0).all(0) | (per_critic < 0).all(0)
+        smallest = per_critic.abs().min(0).values * per_critic[0].sign()
+        advantage = torch.where(agree, smallest, torch.zeros_like(smallest))
+    if norm == "state":
+        advantage = advantage / (advantage.std(-1, keepdim=True, unbiased=False) + eps)
+    elif norm == "batch":
+        advantage = advantage / (advantage.std(unbiased=False) + eps)
+    return advantage
