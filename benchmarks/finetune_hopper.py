@@ -49,10 +49,19 @@ def main() -> int:
     parser.add_argument("--action-noise", type=float, default=0.1)
     parser.add_argument("--bc-epochs", type=int, default=0, help="override algo.epochs of the BC configs (0: keep)")
     parser.add_argument("--root", type=Path, default=None, help="keep datasets and runs here (default: temporary)")
-    parser.add_argument("--dataset-root", type=Path, default=None,
-                        help="use hopper/medium-v0 already under this directory (no source run, no recording)")
-    parser.add_argument("--at", type=int, nargs="*", default=[],
-                        help="also evaluate the fine-tuning run at these env-step counts (below --budget)")
+    parser.add_argument(
+        "--dataset-root",
+        type=Path,
+        default=None,
+        help="use hopper/medium-v0 already under this directory (no source run, no recording)",
+    )
+    parser.add_argument(
+        "--at",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also evaluate the fine-tuning run at these env-step counts (below --budget)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the records as JSON")
     args = parser.parse_args()
     print(f"finetune_hopper {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "

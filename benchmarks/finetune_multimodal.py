@@ -7,7 +7,8 @@ The scripted expert of ``robopt/MultiGoal`` heads for a goal drawn uniformly per
 recorded once (``--dataset-episodes``), then per seed and kind (``finetune_common``) cloned with
 ``configs/bc_multimodal.yaml`` (``policy.name`` set per kind) and fine-tuned with ``configs/ppo_multimodal.yaml``,
 ``configs/fpo_multimodal.yaml`` and ``configs/dppo_multimodal.yaml`` (``init_from`` the BC run, ``--budget`` env
-steps). Figures per evaluation, as ``benchmarks/multimodal.py`` defines them: return, success, goals reached by at
+steps); ``--kinds ogpo`` fine-tunes the diffusion clone with ``configs/ogpo_multimodal.yaml`` (off-policy).
+Figures per evaluation, as ``benchmarks/multimodal.py`` defines them: return, success, goals reached by at
 least 2% of the episodes (``modes``), and the reached-goal entropy over log K; mean +- sample std over seeds.
 """
 
@@ -29,7 +30,9 @@ from multimodal import goal_figures  # noqa: E402
 from robopt.data.collect import collect  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-FINETUNE = {"gaussian": "ppo_multimodal.yaml", "flow": "fpo_multimodal.yaml", "diffusion": "dppo_multimodal.yaml"}
+FINETUNE = {"gaussian": "ppo_multimodal.yaml", "flow": "fpo_multimodal.yaml", "diffusion": "dppo_multimodal.yaml",
+            "ogpo": "ogpo_multimodal.yaml"}  # fmt: skip
+POLICY = {"ogpo": "diffusion"}  # the kind's BC policy when it is not the kind's name (OGPO: DPPO's BC start)
 
 
 def figures(returns: list[float], reached: list[int], env) -> dict:
@@ -58,8 +61,9 @@ def main() -> int:
         for seed in args.seeds:
             for kind in args.kinds:
                 configs = (CONFIGS / "bc_multimodal.yaml", CONFIGS / FINETUNE[kind])
-                record = run_kind(kind, configs, seed, common, [*bc_extra, f"policy.name={kind}"], [], args.budget,
-                                  args.episodes, figures)  # fmt: skip
+                bc_policy = f"policy.name={POLICY.get(kind, kind)}"
+                record = run_kind(kind, configs, seed, common, [*bc_extra, bc_policy], [], args.budget, args.episodes,
+                                  figures)  # fmt: skip
                 records.append(record)
                 print(f"  seed {seed} {kind:9}: " + " | ".join(
                     f"{stage} {mode[:3]} return {record[stage][mode]['return']:6.2f} success "
