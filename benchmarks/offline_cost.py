@@ -7,6 +7,10 @@ dataset and then ``--online-steps`` env steps with one update each, on one env a
 Printed per algorithm: offline updates per second (the offline iterations after the first, so start-up is
 excluded) and online env steps per second (each includes its update). Batch-1 latency of the exported
 policies is ``flow_latency.py --policies flow fql qgf``.
+
+``--algos ogpo`` (``configs/ogpo_hopper.yaml``, fine-tuning from ``--init-from``, a BC diffusion run) has no
+offline phase: it runs its critic-only warm-up (``algo.policy_starts`` updates) and then ``--online-steps`` env
+steps, and prints the env steps per second after the warm-up (one update per decision of 4 env steps).
 """
 
 from __future__ import annotations
@@ -29,11 +33,29 @@ def rows(run_dir: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+def ogpo_rate(args) -> float:
+    """Env steps per second of OGPO's Hopper fine-tuning once its critic-only warm-up is over."""
+    if args.init_from is None:
+        raise SystemExit("--algos ogpo needs --init-from RUN (a BC diffusion Hopper run, bc_diffusion_hopper.yaml)")
+    config = load_config(str(CONFIGS / "ogpo_hopper.yaml"), [f"init_from={args.init_from}"])
+    warmup = config.algo.policy_starts // config.algo.loop.gradient_steps * 4  # env steps: 4 per decision
+    overrides = [f"init_from={args.init_from}", f"total_steps={warmup + args.online_steps}",
+                 f"log.run_root={args.root}", "log.progress=false", "log.eval_episodes=0",
+                 "torch_threads=1"]  # fmt: skip
+    with contextlib.redirect_stdout(io.StringIO()):
+        result = train(load_config(str(CONFIGS / "ogpo_hopper.yaml"), overrides), progress=False)
+    online = [row for row in rows(result.run_dir) if float(row["env_steps"]) >= warmup]
+    return (float(online[-1]["env_steps"]) - float(online[0]["env_steps"])) / (
+        float(online[-1]["wall_time"]) - float(online[0]["wall_time"])
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--algos", nargs="+", default=["iql", "fql", "qgf", "expo"], choices=["iql", "fql", "qgf", "expo"]
+        "--algos", nargs="+", default=["iql", "fql", "qgf", "expo"], choices=["iql", "fql", "qgf", "expo", "ogpo"]
     )
+    parser.add_argument("--init-from", type=Path, default=None, help="a BC diffusion Hopper run (for ogpo)")
     parser.add_argument("--offline-updates", type=int, default=3000)
     parser.add_argument("--online-steps", type=int, default=3000)
     parser.add_argument("--dataset-root", type=Path, required=True)
@@ -43,6 +65,9 @@ def main() -> int:
         parser.error("--offline-updates and --online-steps must be >= 2000 (two iterations of 1000 each)")
     print(f"{'algo':5} {'offline updates/s':>18} {'online env steps/s':>19}")
     for algo in args.algos:
+        if algo == "ogpo":
+            print(f"{'ogpo':5} {'n/a':>18} {ogpo_rate(args):>19.1f}", flush=True)
+            continue
         overrides = [f"algo.loop.offline_updates={args.offline_updates}", f"total_steps={args.online_steps}",
                      f"algo.loop.dataset_root={args.dataset_root}", f"log.run_root={args.root}", "log.progress=false",
                      "log.eval_episodes=0", "torch_threads=1"]  # fmt: skip

@@ -15,10 +15,6 @@ from robopt.build import LAST_CHECKPOINT, build_loop
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig, build_dataclass, config_to_dict
 from robopt.core.q_losses import sampled_advantage
-from robopt.data.dataset_writer import write_dataset
-from robopt.data.recording import record_episodes
-from robopt.envs import make_env
-from robopt.envs.experts import multigoal_expert
 from robopt.policies.diffusion import DiffusionPolicy, DiffusionPolicyConfig
 from robopt.runner import train
 
@@ -144,22 +140,7 @@ def test_ogpo_resumes_exactly_with_action_chunks_and_its_success_buffer(tmp_path
     assert a["algorithm"]["success"]["episodes"] > 0  # episodes of return >= -5 were kept
 
 
-@pytest.fixture(scope="module")
-def mixed_root(tmp_path_factory) -> Path:
-    """robopt/MultiGoal: 150 expert episodes and 50 of uniform random actions (as test_offline.py's)."""
-    root = tmp_path_factory.mktemp("ogpo_datasets")
-    env = make_env("robopt/MultiGoal", 10)
-    expert = record_episodes(env, multigoal_expert(env, 0), 150, seed=0, progress=False)
-    generator = torch.Generator().manual_seed(1)
-    random = record_episodes(
-        env, lambda obs: torch.rand(obs.shape[0], 2, generator=generator) * 2 - 1, 50, seed=1, progress=False
-    )
-    write_dataset("test/mixed-v0", expert + random, "robopt/MultiGoal", env.obs_dim, env.action_dim, env.action_low,
-                  env.action_high, root=root)  # fmt: skip
-    return root
-
-
-def test_ogpo_fine_tunes_a_poor_cloned_diffusion_policy_online(tmp_path, mixed_root):
+def test_ogpo_fine_tunes_a_poor_cloned_diffusion_policy_online(tmp_path, dataset_root):
     """A diffusion policy cloned from 75% expert and 25% random episodes returns -18.8, -18.6, -14.4 (seeds 0, 1,
     2; expert 9.7); 4000 online env steps of OGPO (1000 updates, the first 500 critic-only) bring it to 9.4, 9.7,
     9.7, and the same run with no policy update stays at -18.8."""
@@ -167,7 +148,7 @@ def test_ogpo_fine_tunes_a_poor_cloned_diffusion_policy_online(tmp_path, mixed_r
     log = {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 50}
     bc = train(build_dataclass(ExperimentConfig, {
         "name": "bc", "seed": 0, "env": {"id": "robopt/MultiGoal", "num_envs": 2}, "policy": policy, "log": log,
-        "algo": {"name": "bc", "dataset": "test/mixed-v0", "dataset_root": str(mixed_root), "epochs": 30,
+        "algo": {"name": "bc", "dataset": "test/mixed-v0", "dataset_root": str(dataset_root), "epochs": 30,
                  "learning_rate": 3e-3},
     }))  # fmt: skip
     cloned = json.loads((bc.run_dir / "eval.json").read_text())["mean_return"]
