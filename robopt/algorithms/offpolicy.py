@@ -196,7 +196,7 @@ class OffPolicyLoop:
     def iteration(self, progress: float) -> dict[str, float]:
         if self.iteration_count < self.offline_iterations:
             return self._offline_iteration(progress)
-        returns, lengths, finite, successes, sums, updates = [], [], [], [], {}, 0
+        returns, lengths, finite, successes, sums, counts = [], [], [], [], {}, {}
         self.env_log = EnvLog()
         for _ in range(self.phases_per_iteration):
             phase_returns, phase_lengths, phase_finite, phase_success = self.collect()
@@ -205,14 +205,14 @@ class OffPolicyLoop:
             finite.append(phase_finite)
             if phase_success is not None:
                 successes.append(phase_success)
-            updates += self._update_phase(progress, sums)
+            self._update_phase(progress, sums, counts)
         self.iteration_count += 1
         # checked once per iteration, as on-policy: a failing iteration is never checkpointed
         if self.collective.any(not bool(torch.stack(finite).all())):  # any rank's: all stop together
             raise NonFiniteError(
                 f"iteration {self.iteration_count}: non-finite observation or reward from env {self.env.env_id}"
             )
-        values = {key: float(value) / updates for key, value in self.collective.mean_dict(sums).items()}
+        values = {key: float(value) / counts[key] for key, value in self.collective.mean_dict(sums).items()}
         for name, value in values.items():
             if not math.isfinite(value):
                 raise NonFiniteError(f"iteration {self.iteration_count}: non-finite {name} ({value})")
@@ -234,23 +234,25 @@ class OffPolicyLoop:
     def _offline_iteration(self, progress: float) -> dict[str, float]:
         """As many updates as an online iteration makes, on the replay as it is (the dataset), with no env step."""
         sums: dict[str, torch.Tensor] = {}
+        counts: dict[str, int] = {}
         updates = 0
         for _ in range(self.phases_per_iteration):
-            updates += self._updates(progress, sums)
+            updates += self._updates(progress, sums, counts)
         self.iteration_count += 1
-        values = {key: float(value) / updates for key, value in self.collective.mean_dict(sums).items()}
+        values = {key: float(value) / counts[key] for key, value in self.collective.mean_dict(sums).items()}
         for name, value in values.items():
             if not math.isfinite(value):
                 raise NonFiniteError(f"iteration {self.iteration_count} (offline): non-finite {name} ({value})")
         return values | {"offline_updates": float(self.iteration_count * updates)}
 
-    def _update_phase(self, progress: float, sums: dict[str, torch.Tensor]) -> int:
-        """``gradient_steps`` updates once warm-up is over; metrics summed into ``sums``; returns the count."""
+    def _update_phase(self, progress: float, sums: dict[str, torch.Tensor], counts: dict[str, int]) -> int:
+        """``gradient_steps`` updates once warm-up is over; metrics summed into ``sums`` and counted per name in
+        ``counts`` (an algorithm may report some only on some updates, as OGPO's policy metrics); returns the count."""
         if self.env_steps < self.schedule.learning_starts or self.replay.size < self.schedule.batch_size:
             return 0
-        return self._updates(progress, sums)
+        return self._updates(progress, sums, counts)
 
-    def _updates(self, progress: float, sums: dict[str, torch.Tensor]) -> int:
+    def _updates(self, progress: float, sums: dict[str, torch.Tensor], counts: dict[str, int]) -> int:
         anneal = getattr(self.replay.sampler, "anneal", None)
         if anneal is not None:
             anneal(progress)
@@ -264,6 +266,7 @@ class OffPolicyLoop:
                 self.replay.update_priority(batch["slots"], td_error)
             for key, value in metrics.items():
                 sums[key] = sums[key] + value if key in sums else value
+                counts[key] = counts.get(key, 0) + 1
         return self.schedule.gradient_steps
 
     def state_dict(self) -> dict:
