@@ -10,6 +10,11 @@ BC with ``configs/bc_{gaussian,flow,diffusion}_hopper.yaml`` and fine-tuning wit
 ``configs/{ppo,fpo,dppo}_finetune_hopper.yaml`` / ``configs/dppo_hopper.yaml`` for ``--budget`` env steps each
 (the diffusion policy acts in chunks of 4: its budget counts env steps, not decisions). Returns are over
 ``--episodes`` fresh episodes per evaluation, deterministic and stochastic; mean +- sample std over seeds.
+``--kinds ogpo`` fine-tunes the diffusion clone off-policy with ``configs/ogpo_hopper.yaml``; ``--at`` also
+evaluates each fine-tuning run at those env-step counts, and ``--dataset-root`` reuses a recorded dataset:
+
+    .venv/bin/python benchmarks/finetune_hopper.py --kinds gaussian flow diffusion ogpo --budget 100000 \
+        --at 25000 50000 --bc-epochs 40 --dataset-root ~/.minari/datasets
 """
 
 from __future__ import annotations
