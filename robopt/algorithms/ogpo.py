@@ -149,10 +149,12 @@ class OGPO(NamedState):
             log_ratio = policy.log_ratio(states, action, info)  # [S M, K']
             loss, metrics = surrogate(log_ratio, advantage, config.ratio, weight=self.weights,
                                       clip_range=self.clips)  # fmt: skip
-            if config.success_coef > 0.0 and self.success.size > 0:
-                success_obs, success_action = self.success.sample(obs.shape[0])
-                bc_loss = policy.imitation_loss(success_obs, success_action).mean()
-                loss = loss + config.success_coef * bc_loss
+            if config.success_coef > 0.0:  # logged as 0 until a success arrives (the same keys on every rank)
+                bc_loss = loss.new_zeros(())
+                if self.success.size > 0:
+                    success_obs, success_action = self.success.sample(obs.shape[0])
+                    bc_loss = policy.imitation_loss(success_obs, success_action).mean()
+                    loss = loss + config.success_coef * bc_loss
                 metrics["success_bc_loss"] = bc_loss.detach()
             optimizer_step(self.actor_optimizer, loss, self.collective)
         metrics = {key: value.detach() for key, value in metrics.items()}
