@@ -14,6 +14,7 @@ from robopt.algorithms.iql import IQL, IQLConfig
 from robopt.core.q_losses import advantage_weights, aggregate_q, expectile_loss
 from robopt.policies import GaussianPolicy
 from robopt.policies.flow import FlowPolicy, FlowPolicyConfig, integrate
+from robopt.sim2real.export import export_onnx, onnx_session
 
 # ------------------------------------------------------------------------------------------- losses by hand
 
@@ -155,13 +156,11 @@ def test_one_step_policy_acts_exports_and_loads_a_cloned_flow(tmp_path):
     wrong = {**cloned.state_dict(), "surprise": torch.zeros(1)}
     with pytest.raises(RuntimeError, match="unexpected"):
         policy.load_state_dict(wrong)
-    onnxruntime = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     path = tmp_path / "fql.onnx"
-    program = torch.onnx.export(exported, (obs[:4],), dynamo=True, dynamic_shapes={"obs": {0: torch.export.Dim("b")}},
-                                input_names=["obs"], output_names=["action"], verbose=False)  # fmt: skip
-    program.save(str(path))
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    export_onnx(exported, obs[:4], path)
+    session = onnx_session(path)
     (onnx_action,) = session.run(None, {"obs": obs.numpy()})
     torch.testing.assert_close(torch.from_numpy(onnx_action), exported(obs), rtol=0, atol=1e-5)
 
@@ -201,13 +200,11 @@ def test_expo_export_folds_in_base_edit_and_critics(tmp_path):
     obs = torch.randn(8, 3)
     exported = policy.export_module()
     torch.testing.assert_close(exported(obs), policy.act(obs, deterministic=True)[0], rtol=1e-6, atol=1e-6)
-    onnxruntime = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     path = tmp_path / "expo.onnx"
-    program = torch.onnx.export(exported, (obs[:4],), dynamo=True, dynamic_shapes={"obs": {0: torch.export.Dim("b")}},
-                                input_names=["obs"], output_names=["action"], verbose=False)  # fmt: skip
-    program.save(str(path))
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    export_onnx(exported, obs[:4], path)
+    session = onnx_session(path)
     (action,) = session.run(None, {"obs": obs.numpy()})
     torch.testing.assert_close(torch.from_numpy(action), exported(obs), rtol=0, atol=1e-5)
 

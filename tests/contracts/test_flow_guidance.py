@@ -8,6 +8,7 @@ import torch
 from robopt.policies.flow import FlowPolicy, FlowPolicyConfig, integrate
 from robopt.policies.guidance import GuidedVelocity, critic_action_gradient, mlp_input_gradient
 from robopt.policies.networks import MLP
+from robopt.sim2real.export import export_onnx, onnx_session
 
 D, A = 3, 2
 
@@ -64,13 +65,11 @@ def test_guided_export_folds_the_critic_in(tmp_path):
     torch.testing.assert_close(exported(obs), expected, rtol=1e-6, atol=1e-6)
     traced = torch.jit.trace(exported, obs[:3])
     torch.testing.assert_close(traced(obs), expected, rtol=1e-6, atol=1e-6)
-    onnxruntime = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     path = tmp_path / "guided.onnx"
-    program = torch.onnx.export(exported, (obs[:4],), dynamo=True, dynamic_shapes={"obs": {0: torch.export.Dim("b")}},
-                                input_names=["obs"], output_names=["action"], verbose=False)  # fmt: skip
-    program.save(str(path))
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    export_onnx(exported, obs[:4], path)
+    session = onnx_session(path)
     (action,) = session.run(None, {"obs": obs.numpy()})
     torch.testing.assert_close(torch.from_numpy(action), expected, rtol=0, atol=1e-5)
 
