@@ -39,6 +39,9 @@ def sweep(
     overrides: list[str] | None = typer.Argument(None, help="key=value overrides for every trial"),
     seeds: str = typer.Option("0-4", "--seeds", help="seeds of every config: 0-4, or 0,2,5"),
     grid: list[str] | None = typer.Option(None, "--grid", help="an axis key=v1,v2 (repeat for a product)"),
+    point: list[str] | None = typer.Option(
+        None, "--point", help="one config: 'key=v key2=v2', or default (repeat; beside the grid's points)"
+    ),
     peer: list[str] | None = typer.Option(
         None, "--peer", help="also run a peer library on the config's task and steps: sb3-ppo or sb3-sac (repeat)"
     ),
@@ -49,21 +52,24 @@ def sweep(
 ) -> None:
     """Every config x seed as an ordinary run (a Ray task each), under one sweep directory."""
     from robopt.sweeps.peers import PEERS
-    from robopt.sweeps.spec import parse_grid, parse_seeds
+    from robopt.sweeps.spec import parse_grid, parse_point, parse_seeds, point_label
     from robopt.sweeps.sweep import Sweep, run_sweep
 
     target = None
     try:
         if resume is not None:
-            if config is not None or grid:
-                _fail("--resume continues a sweep as it was started: give no CONFIG or --grid with it")
+            if config is not None or grid or point:
+                _fail("--resume continues a sweep as it was started: give no CONFIG, --grid or --point with it")
             target = Sweep(resume)
         else:
             if config is None:
                 _fail("missing CONFIG (a YAML file in configs/) or --resume SWEEP_DIR")
             if not config.is_file():
                 _fail(f"config file {str(config)!r} not found (configs live in configs/*.yaml)")
-            points, seed_list = parse_grid(grid or []), parse_seeds(seeds)
+            points = [*(parse_grid(grid) if grid else []), *(parse_point(text) for text in point or [])]
+            if len({point_label(entry) for entry in points}) < len(points):
+                _fail("a config is given twice (--grid and --point make distinct configs)")
+            points, seed_list = points or [{}], parse_seeds(seeds)
             for name in peer or []:
                 if name not in PEERS:
                     _fail(f"--peer {name!r}: allowed: {', '.join(PEERS)}")
@@ -134,11 +140,16 @@ def tune(
     typer.echo(f"done; robopt report {target.path}")
 
 
-def report(sweep_dir: Path = typer.Argument(..., help="a sweep directory (robopt sweep or tune)")) -> None:
+def report(
+    sweep_dir: Path = typer.Argument(..., help="a sweep directory (robopt sweep or tune)"),
+    time_to: float | None = typer.Option(
+        None, "--time-to", help="also training seconds to this deterministic return (runs with log.eval_every)"
+    ),
+) -> None:
     """Per config over seeds: mean, median, IQM with its 95% bootstrap interval, probability of improvement."""
     from robopt.sweeps.report import report as sweep_report
 
     try:
-        typer.echo(sweep_report(sweep_dir))
+        typer.echo(sweep_report(sweep_dir, time_to=time_to))
     except ConfigError as error:
         _fail(str(error))

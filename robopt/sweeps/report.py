@@ -56,6 +56,27 @@ def area_under_curve(steps: np.ndarray, returns: np.ndarray) -> float:
     return float(np.trapezoid(returns, steps) / (steps[-1] - steps[0]))
 
 
+def read_time_to(run_dir: Path, target: float) -> tuple[float, float]:
+    """(training seconds at the first deterministic evaluation during training >= ``target``, the run's training
+    seconds) from ``progress.csv``: inf when no evaluation reached it, NaN when the run logged none (no
+    ``log.eval_every``, or a peer's run)."""
+    reached, last_wall, evaluated = None, 0.0, False
+    try:
+        with (run_dir / "progress.csv").open() as handle:
+            for row in csv.DictReader(handle):
+                last_wall = float(row.get("wall_time") or last_wall)
+                value = row.get("eval_return", "")
+                if value not in ("", None):
+                    evaluated = True
+                    if reached is None and float(value) >= target:
+                        reached = last_wall
+    except OSError:
+        return float("nan"), float("nan")
+    if not evaluated:
+        return float("nan"), last_wall
+    return (reached if reached is not None else math.inf), last_wall
+
+
 def iqm(values, axis=-1):
     return _scipy_stats().trim_mean(values, 0.25, axis=axis)
 
@@ -90,11 +111,11 @@ def probability_of_improvement(first: np.ndarray, second: np.ndarray) -> tuple[f
     return value, float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
-def collect(sweep: Sweep) -> list[dict]:
-    """Per point: its label and its finished seeds' final score, curve area and curve."""
+def collect(sweep: Sweep, time_to: float | None = None) -> list[dict]:
+    """Per point: its label and its finished seeds' final score, curve area, curve (and seconds to ``time_to``)."""
     rows = []
     for index, point in enumerate(sweep.points):
-        seeds, finals, areas, curves, other = [], [], [], [], {}
+        seeds, finals, areas, curves, seconds, other = [], [], [], [], [], {}
         for seed in sweep.seeds:
             status = sweep.status(Trial(index, seed))
             if status is None:
@@ -108,8 +129,11 @@ def collect(sweep: Sweep) -> list[dict]:
             finals.append(status.get("eval_return", float("nan")))
             areas.append(area_under_curve(steps, returns))
             curves.append((steps, returns))
+            if time_to is not None:
+                seconds.append(read_time_to(Path(status["run_dir"]), time_to)[0])
         rows.append({"point": index, "label": point_label(point), "seeds": seeds, "final": np.asarray(finals, float),
-                     "auc": np.asarray(areas, float), "curves": curves, "other": other})  # fmt: skip
+                     "auc": np.asarray(areas, float), "curves": curves, "seconds": np.asarray(seconds, float),
+                     "other": other})  # fmt: skip
     return rows
 
 
@@ -122,10 +146,17 @@ def summarize(values: np.ndarray) -> dict:
             "iqm": float(iqm(values)), "iqm_low": low, "iqm_high": high}  # fmt: skip
 
 
-def report(sweep_dir: Path, plot: bool = True) -> str:
-    """The report table as text; ``report.json`` (and ``report.png``) written in the sweep directory."""
+def report(sweep_dir: Path, plot: bool = True, time_to: float | None = None) -> str:
+    """The report table as text; ``report.json`` (and ``report.png``) written in the sweep directory.
+
+    ``time_to``: also the training seconds until a deterministic evaluation during training first reached that
+    return (runs with ``log.eval_every``), summarized over the runs that reached it, and the probability that A
+    gets there first, a run that never did counting as slower than any that did.
+    """
+    if time_to is not None and not math.isfinite(time_to):
+        raise ConfigError(f"--time-to {time_to}: expected a finite return, e.g. --time-to 3000")
     sweep = Sweep(sweep_dir)
-    rows = collect(sweep)
+    rows = collect(sweep, time_to)
     if not any(row["seeds"] for row in rows):
         raise ConfigError(f"{str(sweep_dir)!r}: no finished trial to report yet (robopt sweep --resume runs the rest)")
     lines = [f"sweep {sweep.path} ({len(rows)} configs x {len(sweep.seeds)} seeds)", ""]
@@ -138,13 +169,10 @@ def report(sweep_dir: Path, plot: bool = True) -> str:
             row[f"{measure}_stats"] = stats
             others = ", ".join(f"{count} {state}" for state, count in row["other"].items())
             note = f"  ({others})" if others else ""
-            if stats["n"] == 0:
-                lines.append(f"{row['label'][:40]:40s} {0:3d} {'-':>9s}{note}")
-                continue
-            ci = f"[{stats['iqm_low']:.1f}, {stats['iqm_high']:.1f}]"
-            lines.append(f"{row['label'][:40]:40s} {stats['n']:3d} {stats['mean']:9.1f} {stats['median']:9.1f} "
-                         f"{stats['iqm']:9.1f} {ci:>21s}{note}")  # fmt: skip
+            lines.append(_line(row["label"], stats, note))
         lines.append("")
+    if time_to is not None:
+        lines += _time_to_table(rows, time_to, header)
     comparisons = []
     scored = [row for row in rows if np.isfinite(row["final"]).sum() > 0]
     if len(scored) >= 2:
@@ -158,15 +186,58 @@ def report(sweep_dir: Path, plot: bool = True) -> str:
                 ci = "n/a" if math.isnan(low) else f"[{low:.2f}, {high:.2f}]"
                 lines.append(f"  P({a['label']} > {b['label']}) = {value:.2f} {ci}")
         lines.append("")
+    timed = [row for row in rows if (~np.isnan(row["seconds"])).any()]  # runs that evaluated during training
+    if len(timed) >= 2:
+        lines.append(f"probability that A reaches {time_to:g} in less training time than B, with its 95% interval")
+        for a in timed:
+            for b in timed:
+                if a["point"] >= b["point"]:
+                    continue
+                first, second = (-row["seconds"][~np.isnan(row["seconds"])] for row in (a, b))  # never: -inf
+                value, low, high = probability_of_improvement(first, second)
+                comparisons.append({"a": a["label"], "b": b["label"], "measure": f"time_to:{time_to:g}",
+                                    "p": value, "low": low, "high": high})  # fmt: skip
+                ci = "n/a" if math.isnan(low) else f"[{low:.2f}, {high:.2f}]"
+                lines.append(f"  P({a['label']} faster than {b['label']}) = {value:.2f} {ci}")
+        lines.append("")
     for row in rows:
         summary.append({"config": row["label"], "point": row["point"], "seeds": row["seeds"],
                         "final": row["final"].tolist(), "auc": row["auc"].tolist(), "other": row["other"],
                         "final_stats": row["final_stats"], "auc_stats": row["auc_stats"]})  # fmt: skip
+        if time_to is not None:
+            summary[-1]["time_to"] = {"target": time_to, "seconds": [None if math.isinf(x) else x
+                                                                     for x in row["seconds"].tolist()],
+                                      "stats": row["time_stats"]}  # fmt: skip
     (sweep.path / "report.json").write_text(json.dumps({"configs": summary, "comparisons": comparisons}, indent=2))
     if plot:
         _plot(rows, sweep.path / "report.png")
         lines.append(f"wrote {sweep.path / 'report.json'} and {sweep.path / 'report.png'}")
     return "\n".join(lines)
+
+
+def _time_to_table(rows: list[dict], target: float, header: str) -> list[str]:
+    """Seconds to ``target`` per config, over the runs that reached it; the others are counted in the note."""
+    lines = [f"training seconds to a deterministic evaluation >= {target:g} (runs that reached it; lower is better)",
+             header]  # fmt: skip
+    for row in rows:
+        seconds = row["seconds"]
+        reached = seconds[np.isfinite(seconds)]
+        stats = row["time_stats"] = summarize(reached)
+        counts = [f"{int(np.isinf(seconds).sum())} never reached it"] if np.isinf(seconds).any() else []
+        counts += [f"{int(np.isnan(seconds).sum())} without evaluations"] if np.isnan(seconds).any() else []
+        counts += [f"{count} {state}" for state, count in row["other"].items()]
+        note = f"  ({', '.join(counts)})" if counts else ""
+        lines.append(_line(row["label"], stats, note))
+    return [*lines, ""]
+
+
+def _line(label: str, stats: dict, note: str) -> str:
+    """One config's row of a table: n, mean, median, IQM and its interval (a dash without values)."""
+    if stats["n"] == 0:
+        return f"{label[:40]:40s} {0:3d} {'-':>9s}{note}"
+    ci = f"[{stats['iqm_low']:.1f}, {stats['iqm_high']:.1f}]"
+    return (f"{label[:40]:40s} {stats['n']:3d} {stats['mean']:9.1f} {stats['median']:9.1f} "
+            f"{stats['iqm']:9.1f} {ci:>21s}{note}")  # fmt: skip
 
 
 def _plot(rows: list[dict], path: Path) -> None:

@@ -69,6 +69,23 @@ def parse_grid(axes: list[str]) -> list[dict[str, str]]:
     return [dict(zip(keys, point, strict=True)) for point in itertools.product(*choices)]
 
 
+def parse_point(text: str) -> dict[str, str]:
+    """``"a.b=1 c=[64,64]"`` -> one point ``{key: value text}``; ``"default"`` -> the config as written (``{}``)."""
+    if text.strip() == "default":
+        return {}
+    point = {}
+    for pair in text.split():
+        key, equals, value = pair.partition("=")
+        if not equals or not key or not value:
+            raise ConfigError(f"--point {text!r}: expected space-separated key=value pairs, or default")
+        if key in point:
+            raise ConfigError(f"--point {text!r}: {key} is given twice")
+        point[key] = value
+    if not point:
+        raise ConfigError(f"--point {text!r}: expected space-separated key=value pairs, or default")
+    return point
+
+
 def point_overrides(point: dict[str, str]) -> list[str]:
     return [f"{key}={value}" for key, value in point.items()]
 
@@ -98,6 +115,15 @@ class Dimension:
         if self.kind in ("int", "int_log"):
             return trial.suggest_int(self.key, int(self.low), int(self.high), log=self.kind == "int_log")
         return trial.suggest_float(self.key, self.low, self.high, log=self.kind == "log_uniform")
+
+    def contains(self, value) -> bool:
+        """Whether ``value`` (a config's own) is one this dimension can draw."""
+        if self.kind == "categorical":
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        integral = self.kind not in ("int", "int_log") or float(value).is_integer()
+        return integral and self.low <= value <= self.high
 
 
 def load_space(path: Path) -> list[Dimension]:

@@ -19,7 +19,7 @@ import numpy as np
 import yaml
 
 from robopt.options import ConfigError
-from robopt.sweeps.report import area_under_curve, read_curve
+from robopt.sweeps.report import area_under_curve, read_curve, read_time_to
 from robopt.sweeps.spec import Dimension
 from robopt.sweeps.sweep import Sweep, Trial, TrialRunner, describe
 
@@ -98,6 +98,25 @@ def _intermediate(sweep: Sweep, trials: list[Trial]) -> tuple[int, float] | None
     return int(step), float(np.mean([np.interp(step, steps, returns) for steps, returns in curves]))
 
 
+def config_params(sweep: Sweep, dimensions: list[Dimension]) -> dict | None:
+    """The tuning run's config's own value of every key of the space; None when one lies outside it."""
+    from robopt.config import config_to_dict
+    from robopt.experiment import load_config
+
+    values = config_to_dict(load_config(sweep.spec["config"], sweep.spec["overrides"]))
+    params = {}
+    for dimension in dimensions:
+        node = values
+        for part in dimension.key.split("."):
+            node = node[part]
+        if isinstance(node, list):
+            node = tuple(node)
+        if not dimension.contains(node):
+            return None
+        params[dimension.key] = list(node) if isinstance(node, tuple) else node
+    return params
+
+
 def objective_value(sweep: Sweep, trial: Trial, status: dict, metric: str) -> float:
     if metric == "final":
         return float(status.get("eval_return", float("nan")))
@@ -117,6 +136,11 @@ def run_tune(sweep: Sweep, dimensions: list[Dimension], total_trials: int, metri
         sampler=optuna.samplers.TPESampler(seed=0), pruner=optuna.pruners.MedianPruner(n_startup_trials=3),
     )  # fmt: skip
     states = optuna.trial.TrialState
+    if not study.get_trials(deepcopy=False):  # a new study measures the config as written first, when it can
+        own = config_params(sweep, dimensions)
+        if own is not None:
+            study.enqueue_trial(own)
+            echo(f"optuna trial 0 is the config as written: {own}")
     for stale in study.get_trials(deepcopy=False, states=(states.RUNNING,)):  # left by a killed driver
         study.tell(stale.number, state=states.FAIL)
         study.enqueue_trial(stale.params)
@@ -190,20 +214,5 @@ def _one_trial(study, sweep: Sweep, runner: TrialRunner, dimensions, metric: str
 def time_to_objective(run_dir, target: float) -> float:
     """-(training seconds at the first ``eval_return >= target``) from ``progress.csv``; -(2 x the run's training
     seconds) when no evaluation reached it; NaN when the run logged no evaluation at all."""
-    import csv
-
-    reached, last_wall, evaluated = None, 0.0, False
-    try:
-        with (run_dir / "progress.csv").open() as handle:
-            for row in csv.DictReader(handle):
-                last_wall = float(row.get("wall_time") or last_wall)
-                value = row.get("eval_return", "")
-                if value not in ("", None):
-                    evaluated = True
-                    if reached is None and float(value) >= target:
-                        reached = last_wall
-    except OSError:
-        return float("nan")
-    if not evaluated:
-        return float("nan")
-    return -reached if reached is not None else -2.0 * last_wall
+    seconds, trained = read_time_to(run_dir, target)
+    return -seconds if math.isfinite(seconds) else (-2.0 * trained if math.isinf(seconds) else float("nan"))

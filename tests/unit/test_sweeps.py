@@ -11,7 +11,7 @@ import pytest
 
 from robopt.options import ConfigError
 from robopt.sweeps.report import area_under_curve, iqm, probability_of_improvement, report
-from robopt.sweeps.spec import Dimension, load_space, parse_grid, parse_seeds
+from robopt.sweeps.spec import Dimension, load_space, parse_grid, parse_point, parse_seeds
 from robopt.sweeps.sweep import Sweep, Trial, status_of
 
 ROOT = Path(__file__).parents[2]
@@ -47,6 +47,15 @@ def test_grid_is_the_product_of_its_axes_and_keeps_bracketed_values_whole():
         {"algo.learning_rate": "3e-4", "policy.hidden": "[256,256]"},
     ]
     assert parse_grid([]) == [{}]  # no axis: the config as written
+
+
+def test_an_explicit_point_is_its_pairs_or_the_config_as_written():
+    assert parse_point("algo.epochs=7 policy.hidden=[64,64]") == {"algo.epochs": "7", "policy.hidden": "[64,64]"}
+    assert parse_point("default") == {}
+    for bad, message in (("", "expected space-separated"), ("epochs", "expected space-separated"),
+                         ("a=1 a=2", "a is given twice")):  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            parse_point(bad)
 
 
 @pytest.mark.parametrize(
@@ -86,6 +95,25 @@ def test_space_file_dimensions():
     dimensions = {d.key: d for d in load_space(path)}
     assert dimensions["algo.learning_rate"] == Dimension("algo.learning_rate", "log_uniform", 1e-4, 1e-3)
     assert dimensions["algo.epochs"].kind == "int"
+
+
+def test_a_new_tuning_study_starts_from_the_config_as_written_when_the_space_holds_it():
+    from robopt.sweeps.tune import config_params
+
+    path = ROOT / "configs" / "spaces" / "ppo_halfcheetah_fast.yaml"
+    config = str(ROOT / "configs" / "ppo_halfcheetah_fast.yaml")
+
+    class Study:  # what config_params reads of a tuning sweep
+        def __init__(self, overrides):
+            self.spec = {"config": config, "overrides": overrides}
+
+    own = config_params(Study([]), load_space(path))
+    assert own["algo.learning_rate"] == 3e-4 and own["algo.minibatch_size"] == 512 and own["algo.epochs"] == 5
+    assert config_params(Study(["algo.epochs=30"]), load_space(path)) is None  # outside [3, 10]: nothing enqueued
+    assert Dimension("a", "int", 3, 10).contains(4) and not Dimension("a", "int", 3, 10).contains(4.5)
+    assert not Dimension("a", "uniform", 0.1, 0.3).contains(True) and Dimension(
+        "a", "categorical", choices=(1, 2)
+    ).contains(2)
 
 
 def test_statistics_hand_worked():
@@ -134,6 +162,26 @@ def test_report_over_a_sweep_tables_intervals_and_files(tmp_path):
     (comparison,) = data["comparisons"]
     assert comparison["p"] == 0.0  # 5 epochs never beats 10 here
     assert (sweep.path / "report.png").stat().st_size > 1000
+
+
+def test_report_time_to_a_return_counts_runs_that_never_reached_it_as_slower(tmp_path):
+    sweep = _fake_sweep(tmp_path)
+    # point 0: seeds reach 3000 after 6, 9 and never (12 s trained); point 1 (seed 2 failed): after 3 and 4 s
+    for (point, seed), reached in {(0, 0): 6.0, (0, 1): 9.0, (0, 2): None, (1, 0): 3.0, (1, 1): 4.0}.items():
+        run_dir = Path(sweep.status(Trial(point, seed))["run_dir"])
+        rows = ["env_steps,episode_return,wall_time,eval_return"]
+        rows += [f"{k * 100},0,{k},{3100 if reached is not None and k >= reached else 2000}" for k in range(1, 13)]
+        (run_dir / "progress.csv").write_text("\n".join(rows) + "\n")
+    text = report(sweep.path, plot=False, time_to=3000.0)
+    assert "training seconds to a deterministic evaluation >= 3000" in text and "(1 never reached it)" in text
+    data = json.loads((sweep.path / "report.json").read_text())
+    first, second = data["configs"]
+    assert first["time_to"]["seconds"] == [6.0, 9.0, None] and first["time_to"]["stats"]["n"] == 2
+    assert second["time_to"]["stats"]["mean"] == 3.5
+    (timed,) = [c for c in data["comparisons"] if c.get("measure") == "time_to:3000"]
+    assert timed["p"] == 0.0  # every run of point 1 got there before every run of point 0
+    with pytest.raises(ConfigError, match="expected a finite return"):
+        report(sweep.path, plot=False, time_to=float("inf"))
 
 
 def test_report_of_a_directory_that_is_not_a_sweep(tmp_path):
