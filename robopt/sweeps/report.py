@@ -23,6 +23,8 @@ from robopt.sweeps.spec import point_label
 from robopt.sweeps.sweep import Sweep, Trial
 
 CONFIDENCE = 0.95
+NAME_WIDTH = 40  # a config label longer than this is shown as p<point> with a legend
+ALL_PAIRS = 4  # up to this many configs every pair is compared; beyond, each against the first
 RESAMPLES = 5000
 
 
@@ -131,7 +133,8 @@ def collect(sweep: Sweep, time_to: float | None = None) -> list[dict]:
             curves.append((steps, returns))
             if time_to is not None:
                 seconds.append(read_time_to(Path(status["run_dir"]), time_to)[0])
-        rows.append({"point": index, "label": point_label(point), "seeds": seeds, "final": np.asarray(finals, float),
+        label = point_label(point)
+        rows.append({"point": index, "label": label, "name": label, "seeds": seeds, "final": np.asarray(finals, float),
                      "auc": np.asarray(areas, float), "curves": curves, "seconds": np.asarray(seconds, float),
                      "other": other})  # fmt: skip
     return rows
@@ -160,6 +163,11 @@ def report(sweep_dir: Path, plot: bool = True, time_to: float | None = None) -> 
     if not any(row["seeds"] for row in rows):
         raise ConfigError(f"{str(sweep_dir)!r}: no finished trial to report yet (robopt sweep --resume runs the rest)")
     lines = [f"sweep {sweep.path} ({len(rows)} configs x {len(sweep.seeds)} seeds)", ""]
+    if any(len(row["label"]) > NAME_WIDTH for row in rows):  # long labels: short names, spelled out once here
+        for row in rows:
+            row["name"] = f"p{row['point']:02d}"
+            lines.append(f"  {row['name']}: {row['label']}")
+        lines.append("")
     header = f"{'config':40s} {'n':>3s} {'mean':>9s} {'median':>9s} {'IQM':>9s} {'95% CI of IQM':>21s}"
     summary = []
     for measure, title in (("final", "final deterministic evaluation"), ("auc", "area under the training curve")):
@@ -169,37 +177,16 @@ def report(sweep_dir: Path, plot: bool = True, time_to: float | None = None) -> 
             row[f"{measure}_stats"] = stats
             others = ", ".join(f"{count} {state}" for state, count in row["other"].items())
             note = f"  ({others})" if others else ""
-            lines.append(_line(row["label"], stats, note))
+            lines.append(_line(row["name"], stats, note))
         lines.append("")
     if time_to is not None:
         lines += _time_to_table(rows, time_to, header)
-    comparisons = []
-    scored = [row for row in rows if np.isfinite(row["final"]).sum() > 0]
-    if len(scored) >= 2:
-        lines.append("probability that A beats B (final evaluation), with its 95% bootstrap interval")
-        for a in scored:
-            for b in scored:
-                if a["point"] >= b["point"]:
-                    continue
-                value, low, high = probability_of_improvement(a["final"], b["final"])
-                comparisons.append({"a": a["label"], "b": b["label"], "p": value, "low": low, "high": high})
-                ci = "n/a" if math.isnan(low) else f"[{low:.2f}, {high:.2f}]"
-                lines.append(f"  P({a['label']} > {b['label']}) = {value:.2f} {ci}")
-        lines.append("")
-    timed = [row for row in rows if (~np.isnan(row["seconds"])).any()]  # runs that evaluated during training
-    if len(timed) >= 2:
-        lines.append(f"probability that A reaches {time_to:g} in less training time than B, with its 95% interval")
-        for a in timed:
-            for b in timed:
-                if a["point"] >= b["point"]:
-                    continue
-                first, second = (-row["seconds"][~np.isnan(row["seconds"])] for row in (a, b))  # never: -inf
-                value, low, high = probability_of_improvement(first, second)
-                comparisons.append({"a": a["label"], "b": b["label"], "measure": f"time_to:{time_to:g}",
-                                    "p": value, "low": low, "high": high})  # fmt: skip
-                ci = "n/a" if math.isnan(low) else f"[{low:.2f}, {high:.2f}]"
-                lines.append(f"  P({a['label']} faster than {b['label']}) = {value:.2f} {ci}")
-        lines.append("")
+    comparisons = _compare(rows, lambda row: row["final"][np.isfinite(row["final"])], "final evaluation",
+                           "probability that A beats B (final evaluation)", ">", lines)  # fmt: skip
+    if time_to is not None:  # runs that never reached it: -inf, slower than any that did
+        comparisons += _compare(rows, lambda row: -row["seconds"][~np.isnan(row["seconds"])], f"time_to:{time_to:g}",
+                                f"probability that A reaches {time_to:g} in less training time than B",
+                                "faster than", lines)  # fmt: skip
     for row in rows:
         summary.append({"config": row["label"], "point": row["point"], "seeds": row["seeds"],
                         "final": row["final"].tolist(), "auc": row["auc"].tolist(), "other": row["other"],
@@ -215,6 +202,26 @@ def report(sweep_dir: Path, plot: bool = True, time_to: float | None = None) -> 
     return "\n".join(lines)
 
 
+def _compare(rows: list[dict], values_of, measure: str, title: str, verb: str, lines: list[str]) -> list[dict]:
+    """Probability of improvement with its interval: every pair of configs, or with more than ``ALL_PAIRS``
+    configs (a tuning run) each one against the first (the config as written); appends to ``lines``."""
+    rows = [row for row in rows if values_of(row).size > 0]
+    if len(rows) < 2:
+        return []
+    pairs = [(a, b) for i, a in enumerate(rows) for b in rows[i + 1 :]] if len(rows) <= ALL_PAIRS else [
+        (b, rows[0]) for b in rows[1:]]  # fmt: skip
+    lines.append(f"{title}, with its 95% bootstrap interval" + ("" if len(rows) <= ALL_PAIRS else
+                 f"; each config against {rows[0]['name']}"))  # fmt: skip
+    found = []
+    for a, b in pairs:
+        value, low, high = probability_of_improvement(values_of(a), values_of(b))
+        found.append({"a": a["label"], "b": b["label"], "measure": measure, "p": value, "low": low, "high": high})
+        ci = "n/a" if math.isnan(low) else f"[{low:.2f}, {high:.2f}]"
+        lines.append(f"  P({a['name']} {verb} {b['name']}) = {value:.2f} {ci}")
+    lines.append("")
+    return found
+
+
 def _time_to_table(rows: list[dict], target: float, header: str) -> list[str]:
     """Seconds to ``target`` per config, over the runs that reached it; the others are counted in the note."""
     lines = [f"training seconds to a deterministic evaluation >= {target:g} (runs that reached it; lower is better)",
@@ -227,16 +234,16 @@ def _time_to_table(rows: list[dict], target: float, header: str) -> list[str]:
         counts += [f"{int(np.isnan(seconds).sum())} without evaluations"] if np.isnan(seconds).any() else []
         counts += [f"{count} {state}" for state, count in row["other"].items()]
         note = f"  ({', '.join(counts)})" if counts else ""
-        lines.append(_line(row["label"], stats, note))
+        lines.append(_line(row["name"], stats, note))
     return [*lines, ""]
 
 
 def _line(label: str, stats: dict, note: str) -> str:
     """One config's row of a table: n, mean, median, IQM and its interval (a dash without values)."""
     if stats["n"] == 0:
-        return f"{label[:40]:40s} {0:3d} {'-':>9s}{note}"
+        return f"{label[:NAME_WIDTH]:40s} {0:3d} {'-':>9s}{note}"
     ci = f"[{stats['iqm_low']:.1f}, {stats['iqm_high']:.1f}]"
-    return (f"{label[:40]:40s} {stats['n']:3d} {stats['mean']:9.1f} {stats['median']:9.1f} "
+    return (f"{label[:NAME_WIDTH]:40s} {stats['n']:3d} {stats['mean']:9.1f} {stats['median']:9.1f} "
             f"{stats['iqm']:9.1f} {ci:>21s}{note}")  # fmt: skip
 
 
