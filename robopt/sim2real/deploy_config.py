@@ -38,6 +38,10 @@ class DeployConfig:
     estop_after: int = option(10, "consecutive faulty ticks that latch the e-stop (0: never)")
     safe_action: str = option("hold", "action target on a fault or e-stop", ("hold", "zero", "posture"))
     posture: Any = option(None, "the safe posture (A numbers within the action bounds) for safe_action: posture")
+    tick_on: str = option(
+        "clock", "clock: tick every period of the runtime's clock; measurement: tick when a new observation arrives "
+        "(at most one period late), so the policy acts on the freshest measurement", ("clock", "measurement")
+    )  # fmt: skip
     chunk_replan_every: int = option(0, "action chunks (H > 1): call the policy every k ticks (0: every H ticks)")
     log_capacity: int = option(100_000, f"ticks kept in the ring log (1 to {MAX_LOG_CAPACITY:_})")
     log_path: str = option("", "save the tick log here (.npy) when the loop closes; empty: no file")

@@ -58,6 +58,8 @@ __all__ = [
     "verify_parity",
 ]
 STOP_SECONDS = 2.0  # ``stop()`` ramps the safe action for at most this long
+WAKE_EARLY = 0.25  # tick_on: measurement: wake this fraction of a period before the next measurement is due
+POLL_S = 0.0005  # tick_on: measurement: seconds between looks for a new observation
 
 
 class ControlLoop:
@@ -69,6 +71,10 @@ class ControlLoop:
     time exceeds the watchdog is flagged WATCHDOG and counts as a fault. ``realtime=False`` does not sleep and calls
     the robot's ``step_sync()`` after each tick (a SimRobot on its virtual clock: pass ``clock=robot.clock``), so
     with no delays tick t sees the observation after t env steps and its action drives step t + 1.
+    ``tick_on: measurement`` (deploy config) ticks in phase with the robot instead: a quarter period before the
+    next measurement is due it looks for an observation newer than the last tick's every 0.5 ms and ticks when one
+    arrives (or one period past the usual deadline without one, where the stale check decides), so a tick acts on
+    a measurement as old as the link's latency rather than up to a period older.
     ``status`` is called with a dict about once a second of ``clock`` time (see ``format_status``).
     A tick never raises: a robot that does counts ``robot_error``, safety checks or a policy that do send
     ``SafetyLayer.fail_safe()`` (flag and counter ``internal_error``). ``run`` may be called again and again;
@@ -119,6 +125,7 @@ class ControlLoop:
         self._status_time, self._status_ticks, self._window = 0.0, 0, []
         self._last_age, self._closed, self._deadline = math.nan, False, time.perf_counter()
         self._stopped, self._estop_by_stop = False, False
+        self.in_phase, self._last_stamp = config.tick_on == "measurement", -math.inf
 
     def run(self, duration: float | None = None, ticks: int | None = None) -> dict:
         """Run until ``duration`` seconds or ``ticks`` ticks (either or both; neither: until Ctrl-C); the summary.
@@ -142,14 +149,22 @@ class ControlLoop:
                     wait = deadline - time.perf_counter()
                     if wait > 0:
                         time.sleep(wait)
+                    if self.in_phase:
+                        self._await_measurement(deadline + WAKE_EARLY * self.period + self.period)
+                tick_start = time.perf_counter()
                 self._tick()
                 done += 1
                 if step_sync is not None:  # virtual time: the world moves one period between ticks
                     step_sync()
-                deadline += self.period
-                if self.realtime and time.perf_counter() > deadline:
-                    self.counters["missed_deadline"] += 1
-                    deadline = time.perf_counter()
+                if self.realtime and self.in_phase:  # the next measurement is due one period after this one
+                    deadline = tick_start + (1.0 - WAKE_EARLY) * self.period
+                    if time.perf_counter() > tick_start + self.period:
+                        self.counters["missed_deadline"] += 1
+                else:
+                    deadline += self.period
+                    if self.realtime and time.perf_counter() > deadline:
+                        self.counters["missed_deadline"] += 1
+                        deadline = time.perf_counter()
                 self._deadline = deadline
                 self._maybe_status()
         except KeyboardInterrupt:
@@ -193,6 +208,17 @@ class ControlLoop:
         self.seconds += time.perf_counter() - start
         return sent
 
+    def _await_measurement(self, limit: float) -> None:
+        """Sleep until the robot holds an observation newer than the last tick's, or until ``limit``."""
+        while time.perf_counter() < limit:
+            try:
+                stamp = float(self.robot.read()[1])
+            except Exception:  # a broken link or a bad timestamp: the tick counts it
+                return
+            if stamp > self._last_stamp:
+                return
+            time.sleep(POLL_S)
+
     def _tick(self) -> None:
         start = time.perf_counter()
         try:
@@ -200,6 +226,10 @@ class ControlLoop:
         except Exception:  # a broken robot link: a tick without observation, never a crash
             self.counters["robot_error"] += 1
             obs, obs_time = None, math.nan
+        try:
+            self._last_stamp = max(self._last_stamp, float(obs_time))
+        except Exception:  # noqa: BLE001 - no usable timestamp: the next tick waits for any newer one
+            pass
         now = self.clock()
         try:
             action, flags = self.safety.tick(obs, obs_time, now)
