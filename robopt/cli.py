@@ -5,6 +5,7 @@ Bad input exits with code 2 and one line, no traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -36,7 +37,44 @@ def train(
         args += ["--no-progress"] if no_progress else []
         _launch_ranks(nproc, args)
         return
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:  # a rank that torchrun or --nproc started
+        _run_rank(config, overrides, resume, no_progress)
     _run(config, overrides, resume, no_progress)
+
+
+RANK_LOST_EXIT = 4  # a rank whose collective failed because another rank stopped
+
+
+def _run_rank(config, overrides, resume, no_progress) -> None:
+    """``_run`` on a data-parallel rank, then ``os._exit`` with its status, skipping interpreter finalization.
+
+    Even after a barrier and ``destroy_process_group``, gloo's worker threads now and then abort the finalizing
+    interpreter ("terminate called without an active exception", signal 6: about 1 run in 50 here), and the launcher
+    then reports the rank as failed although its run had ended. Everything a run writes is closed by then; stdio
+    and logging are flushed here.
+    """
+    import logging
+
+    code = 1
+    try:
+        _run(config, overrides, resume, no_progress)
+        code = 0
+    except typer.Exit as stop:
+        code = stop.exit_code
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
 
 
 def _launch_ranks(nproc: int, args: list[str]) -> None:
@@ -45,7 +83,6 @@ def _launch_ranks(nproc: int, args: list[str]) -> None:
     When a rank fails the launcher stops the others; this prints which rank failed and its exit code, once.
     """
     import logging
-    import os
     import uuid
 
     if nproc < 1:
@@ -71,7 +108,12 @@ def _launch_ranks(nproc: int, args: list[str]) -> None:
     except SignalException as error:  # Ctrl-C: the launcher passed it to the ranks, which checkpointed and stopped
         _fail(f"stopped by signal {error.sigval}; rank 0 said where its checkpoint is", code=130)
     except ChildFailedError as error:
-        rank, failure = error.get_first_failure()
+        # the cause, not its echo: a rank whose collective failed because another died exits 4 (RankLost), often
+        # before the launcher has seen the dead one, so a rank killed by a signal or failing otherwise comes first
+        rank, failure = min(
+            error.failures.items(),
+            key=lambda item: (item[1].exitcode == RANK_LOST_EXIT, item[1].exitcode >= 0, item[1].timestamp),
+        )
         code = failure.exitcode
         how = f"signal {-code}" if code < 0 else f"exit code {code}"
         _fail(f"rank {rank} of {nproc} stopped ({how}); the other ranks were stopped; the last checkpoint is kept",
@@ -127,7 +169,7 @@ def _run(config, overrides, resume, no_progress, kind: str | None = None) -> Non
     except NonFiniteError as error:
         _fail(f"training stopped: {error}; the last good checkpoint is kept", code=3)
     except RankLost as error:
-        _fail(f"training stopped: {error}; the last checkpoint is kept", code=4)
+        _fail(f"training stopped: {error}; the last checkpoint is kept", code=RANK_LOST_EXIT)
     except KeyboardInterrupt:
         _fail("stopped by user; the last checkpoint on disk is kept", code=130)
     if result.run_dir is None:  # a data-parallel rank other than 0: rank 0 reports
@@ -157,8 +199,6 @@ def evaluate(
 ) -> None:
     """Mean and std of the deterministic policy's return over N episodes (language runs: held-out accuracy)."""
     if video is not None and sys.platform.startswith("linux"):  # headless OpenGL; read when mujoco is first imported
-        import os
-
         os.environ.setdefault("MUJOCO_GL", "egl")
     from robopt.evaluation import evaluate_run, record_video
 
@@ -289,8 +329,6 @@ app.command()(sweep_commands.report)
 
 
 def main() -> None:
-    import os
-
     if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:  # a data-parallel rank: read when torch loads, so set first
         # c10d logs a failed rendezvous or a lost peer as a C++ stack trace; the rank prints it as one line instead
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
