@@ -8,6 +8,6 @@ cd "$(dirname "$0")/.."
 EXPORT_DIR="${1:-$(scripts/run_info.sh latest)/export}"
 RUN_DIR=$(dirname "$EXPORT_DIR")
 .venv/bin/robopt deploy "$EXPORT_DIR" --robot "sim:Pendulum-v1?noise=0.01&latency_ms=10&delay_ticks=1&drop=0.01" \
-    --duration 20 --config configs/deploy/pendulum.yaml --log "$RUN_DIR/ticks.npy"
+    --duration 60 --config configs/deploy/pendulum.yaml --log "$RUN_DIR/ticks.npy"
 echo "in-process return (robopt train's deterministic evaluation): $(scripts/run_info.sh return "$RUN_DIR")"
 echo "tick log: $RUN_DIR/ticks.npy (numpy structured array: tick, time, obs_age, compute_us, flags, action)"
