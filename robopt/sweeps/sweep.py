@@ -82,7 +82,9 @@ class Sweep:
         return len(self.points) - 1
 
     def trials(self) -> list[Trial]:
-        return [Trial(point, seed) for point in range(len(self.points)) for seed in self.seeds]
+        """Seed by seed, every config of a seed before the next seed: the configs share the machine's drift in
+        load (fair for time objectives), and a stopped sweep has seeds of every config."""
+        return [Trial(point, seed) for seed in self.seeds for point in range(len(self.points))]
 
     def status(self, trial: Trial) -> dict | None:
         try:

@@ -4,8 +4,8 @@ Each Optuna trial is a point of the sweep run on ``--seeds-per-trial`` seeds at 
 the mean over those seeds of ``final`` (the deterministic evaluation at the end of each run), ``auc`` (the mean
 training return over the run) or ``time_to:X`` (minus the training seconds until a deterministic evaluation
 during training, ``log.eval_every``, first reached X; a run that never did scores minus twice its training time).
-While the runs train, the mean of their latest training returns at the step all have reached is reported to the
-pruner every poll; a pruned point's runs are stopped and recorded ``pruned``. The
+While the runs train, the mean of their latest training returns at the step all have reached (``time_to:X``: minus
+their mean ``seconds_so_far``) is reported to the pruner every poll; a pruned point's runs are stopped and recorded ``pruned``. The
 study is a SQLite file in the sweep directory (``study.db``): ``--resume SWEEP_DIR`` continues it, never redoing a
 finished or pruned trial; a trial the killed driver left running is marked failed and its point asked again first
 (its runs continue from their checkpoints).
@@ -83,8 +83,9 @@ def _point(params: dict) -> dict[str, str]:
             params.items()}  # fmt: skip
 
 
-def _intermediate(sweep: Sweep, trials: list[Trial]) -> tuple[int, float] | None:
-    """(step, mean over seeds of the training return at the last step every seed has logged)."""
+def _intermediate(sweep: Sweep, trials: list[Trial], metric: str = "final") -> tuple[int, float] | None:
+    """(step, mean over seeds of the training return at the last step every seed has logged); for ``time_to:X``
+    the mean of minus ``seconds_so_far`` at that step instead, so the pruner judges the objective itself."""
     curves = []
     for trial in trials:
         run_dir = sweep.run_dir(trial)
@@ -95,7 +96,30 @@ def _intermediate(sweep: Sweep, trials: list[Trial]) -> tuple[int, float] | None
             return None
         curves.append((steps, returns))
     step = min(steps[-1] for steps, _ in curves)
+    if metric.startswith("time_to:"):
+        target = float(metric.partition(":")[2])
+        return int(step), -float(np.mean([seconds_so_far(sweep.run_dir(trial), target, step) for trial in trials]))
     return int(step), float(np.mean([np.interp(step, steps, returns) for steps, returns in curves]))
+
+
+def seconds_so_far(run_dir, target: float, step: float) -> float:
+    """Training seconds to the first evaluation >= ``target`` logged by ``step`` env steps, else the seconds trained
+    by then: a lower bound on the run's time to the target, known while it trains."""
+    import csv
+
+    last_wall = 0.0
+    try:
+        with (run_dir / "progress.csv").open() as handle:
+            for row in csv.DictReader(handle):
+                if float(row["env_steps"]) > step:
+                    break
+                last_wall = float(row.get("wall_time") or last_wall)
+                value = row.get("eval_return", "")
+                if value not in ("", None) and float(value) >= target:
+                    return last_wall
+    except (OSError, KeyError, ValueError):
+        pass
+    return last_wall
 
 
 def config_params(sweep: Sweep, dimensions: list[Dimension]) -> dict | None:
@@ -181,7 +205,7 @@ def _one_trial(study, sweep: Sweep, runner: TrialRunner, dimensions, metric: str
         for seed, status in runner.wait(timeout=POLL_S):
             statuses[seed.id] = status
             echo(describe(seed, status, sweep))
-        progress = _intermediate(sweep, seeds)
+        progress = _intermediate(sweep, seeds, metric)
         if progress is not None and progress[0] > reported and runner.running:
             reported = progress[0]
             trial.report(progress[1], reported)
@@ -190,7 +214,7 @@ def _one_trial(study, sweep: Sweep, runner: TrialRunner, dimensions, metric: str
                 running = [seed for seed in seeds if statuses[seed.id] is None]
                 runner.cancel(running)
                 for seed in running:
-                    why = f"pruned by the median rule at {reported} env steps"
+                    why = f"pruned by the median rule at {reported} env steps ({metric})"
                     statuses[seed.id] = runner.record(seed, -1, why, 0.0, status="pruned")
     outcomes = [statuses[seed.id]["status"] for seed in seeds]
     if pruned or "pruned" in outcomes:

@@ -216,6 +216,19 @@ def test_time_to_objective_reads_the_evaluations_during_training(tmp_path):
             check_metric(bad)
 
 
+def test_the_pruner_of_a_time_objective_sees_seconds_so_far(tmp_path):
+    from robopt.sweeps.tune import seconds_so_far
+
+    (tmp_path / "progress.csv").write_text(
+        "env_steps,episode_return,wall_time,eval_return\n"
+        "1000,10,1.5,\n2000,20,3.0,2500\n3000,30,4.5,\n4000,40,6.0,3100\n"
+    )
+    assert seconds_so_far(tmp_path, 3000.0, 3000) == 4.5  # not reached by step 3000: seconds trained by then
+    assert seconds_so_far(tmp_path, 3000.0, 4000) == 6.0  # reached at step 4000
+    assert seconds_so_far(tmp_path, 2500.0, 4000) == 3.0
+    assert seconds_so_far(tmp_path / "missing", 3000.0, 4000) == 0.0
+
+
 def test_time_to_metric_needs_evaluations_during_training(tmp_path):
     from robopt.sweeps.tune import check_metric_config
 
