@@ -5,10 +5,10 @@ the mean over those seeds of ``final`` (the deterministic evaluation at the end 
 training return over the run) or ``time_to:X`` (minus the training seconds until a deterministic evaluation
 during training, ``log.eval_every``, first reached X; a run that never did scores minus twice its training time).
 While the runs train, the mean of their latest training returns at the step all have reached (``time_to:X``: minus
-their mean ``seconds_so_far``) is reported to the pruner every poll; a pruned point's runs are stopped and recorded ``pruned``. The
-study is a SQLite file in the sweep directory (``study.db``): ``--resume SWEEP_DIR`` continues it, never redoing a
-finished or pruned trial; a trial the killed driver left running is marked failed and its point asked again first
-(its runs continue from their checkpoints).
+their mean ``seconds_so_far``) is reported to the pruner every poll; a pruned point's runs are stopped and
+recorded ``pruned``. The study is a SQLite file in the sweep directory (``study.db``): ``--resume SWEEP_DIR``
+continues it, never redoing a finished or pruned trial; a trial the killed driver left running is marked failed
+and its point asked again first (its runs continue from their checkpoints).
 """
 
 from __future__ import annotations
