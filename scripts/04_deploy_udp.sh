@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Step 4 of 4: hardware in the loop. A simulated robot serves the UDP protocol from another process (10 ms added
-# latency, 1 % packet loss); the deploy runtime cannot tell it from a real robot that speaks the same protocol.
+# latency, 1 % packet loss, one step of actuator delay as in training); the deploy runtime cannot tell it from a
+# real robot that speaks the same protocol.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXPORT_DIR="${1:-$(scripts/run_info.sh latest)/export}"
@@ -9,7 +10,7 @@ PORT="${PORT:-47800}"
 # so deploy never sees the link go silent (that would be stale observations and a latched e-stop). Deploy ends with
 # the safe action (zero torque) ramped in; the server then holds zero action after its command timeout (10 periods)
 # and prints its summary when its 72 s are up.
-.venv/bin/robopt sim-robot Pendulum-v1 --port "$PORT" --latency-ms 10 --loss 0.01 --duration 72 &
+.venv/bin/robopt sim-robot Pendulum-v1 --port "$PORT" --latency-ms 10 --loss 0.01 --delay-ticks 1 --duration 72 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 sleep 3  # the server imports torch and builds its env

@@ -14,6 +14,9 @@ a valid ACTION, the env steps with zero action until the next one arrives (count
 timeout): a runtime that stops or dies leaves the robot at rest, not on its last command. A real robot needs the
 same guard in its own firmware.
 
+Actuator delay: with ``delay_ticks`` k (``--delay-ticks``) the action a step would apply is applied k steps later
+(zeros until then), as ``SimRobot``'s ``delay_ticks`` and a policy's ``deploy_conditions`` in training.
+
 Link faults: each datagram in either direction is lost with probability ``loss`` ("lost_in", "lost_out") and
 delayed by ``latency_ms`` (one way). Malformed ACTION packets are dropped and counted by ``PacketError`` reason;
 duplicate and reordered ones by "duplicate" and "reordered". Nothing a datagram holds stops the server.
@@ -25,7 +28,7 @@ import heapq
 import math
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 
 import numpy as np
@@ -59,8 +62,11 @@ class SimRobotServer:
         peer: str | None = None,
         log: Callable[[str], None] | None = None,
         command_timeout_ms: float | None = None,
+        delay_ticks: int = 0,
     ) -> None:
         check_number("--period", period, 0.0, low_open=True)
+        if isinstance(delay_ticks, bool) or not isinstance(delay_ticks, int) or delay_ticks < 0:
+            raise ValueError(f"--delay-ticks must be an integer >= 0 (whole steps), got {delay_ticks!r}")
         check_number("--command-timeout-ms", command_timeout_ms, 0.0)
         check_number("--latency-ms", latency_ms, 0.0)
         check_number("--loss", loss, 0.0, 0.999)
@@ -86,6 +92,8 @@ class SimRobotServer:
         self.address = self.socket.getsockname()
         self.counters: Counter[str] = Counter()
         self.action = np.zeros(self.env.action_dim)  # [A] the latest commanded action
+        self.delayed = deque([np.zeros(self.env.action_dim)] * delay_ticks)  # [k] actions on their way to the motors
+        self.delay_ticks = delay_ticks
         self._last_command = math.nan  # time.monotonic() of the latest valid ACTION; NaN: none since the timeout
         self.filter = SequenceFilter()
         self._outbox: list = []  # heap of (due, n, datagram, address)
@@ -97,7 +105,8 @@ class SimRobotServer:
         return (
             f"sim-robot: {self.env_id} on udp {self.address[0]}:{self.address[1]}, period {self.period:g} s, "
             f"obs_dim {self.env.obs_dim}, action_dim {self.env.action_dim}, command timeout "
-            f"{f'{self.command_timeout:g} s' if self.command_timeout > 0 else 'off'}; {waiting}"
+            f"{f'{self.command_timeout:g} s' if self.command_timeout > 0 else 'off'}"
+            f"{f', actuator delay {self.delay_ticks} steps' if self.delay_ticks else ''}; {waiting}"
         )
 
     def run(
@@ -147,7 +156,11 @@ class SimRobotServer:
             self._last_command = math.nan
             self.counters["command_timeout"] += 1
 
-        action = torch.as_tensor(self.action[None], dtype=torch.float32)  # [1, A]
+        applied = self.action
+        if self.delay_ticks:
+            self.delayed.append(self.action)
+            applied = self.delayed.popleft()
+        action = torch.as_tensor(applied[None], dtype=torch.float32)  # [1, A]
         obs, reward, terminated, truncated, info = self.env.step(action)
         ended = bool(terminated[0] or truncated[0])
         result.steps += 1
@@ -244,9 +257,11 @@ def serve(
     stop: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
     command_timeout_ms: float | None = None,
+    delay_ticks: int = 0,
 ) -> ServeResult:
     """Build a ``SimRobotServer``, serve, close; prints (``log``) the ready line, each episode and the summary."""
-    server = SimRobotServer(env_id, port, host, period, latency_ms, loss, seed, peer, log, command_timeout_ms)
+    server = SimRobotServer(env_id, port, host, period, latency_ms, loss, seed, peer, log, command_timeout_ms,
+                            delay_ticks)  # fmt: skip
     return serve_and_close(server, duration, episodes, stop)
 
 
@@ -268,6 +283,7 @@ def register(app: typer.Typer, fail: Callable[..., None]) -> None:
             "--command-timeout-ms",
             help="zero action after this long with no command (default 10 periods; 0: off)",
         ),
+        delay_ticks: int = typer.Option(0, "--delay-ticks", help="UDP: apply each action this many steps later"),
         ros2: bool = typer.Option(False, "--ros2", help="serve ROS 2 topics over DDS instead of UDP"),
         zenoh: bool = typer.Option(False, "--zenoh", help="serve ROS 2 topics over Zenoh instead of UDP"),
         domain_id: int = typer.Option(0, "--domain-id", help="--ros2: the DDS domain (0..232)"),
@@ -284,8 +300,8 @@ def register(app: typer.Typer, fail: Callable[..., None]) -> None:
             if ros2 and zenoh:
                 raise ValueError("give --ros2 or --zenoh, not both")
             if ros2 or zenoh:
-                if port is not None or peer is not None:
-                    raise ValueError("--port and --peer are UDP options; --ros2 and --zenoh serve topics")
+                if port is not None or peer is not None or delay_ticks:
+                    raise ValueError("--port, --peer and --delay-ticks are UDP options; --ros2/--zenoh serve topics")
                 serve_topics(
                     env_id, "ros2" if ros2 else "zenoh", domain_id=domain_id, interface=interface,
                     peers=dds_peer or None, zenoh_options={"connect": connect or [], "listen": listen or []},
@@ -297,7 +313,7 @@ def register(app: typer.Typer, fail: Callable[..., None]) -> None:
                 raise ValueError("missing --port PORT (UDP), or --ros2 / --zenoh to serve topics")
             serve(
                 env_id, port, host, period, latency_ms, loss, seed, duration, episodes, peer,
-                log=typer.echo, command_timeout_ms=command_timeout_ms,
+                log=typer.echo, command_timeout_ms=command_timeout_ms, delay_ticks=delay_ticks,
             )  # fmt: skip
         except (ValueError, ConfigError) as error:  # DeployError is a ValueError
             fail(str(error).splitlines()[0] if str(error) else type(error).__name__)

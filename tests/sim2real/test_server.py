@@ -148,6 +148,26 @@ def test_sim_robot_rests_after_its_command_timeout():
         off.close()
 
 
+def test_sim_robot_applies_each_action_delay_ticks_steps_later():
+    from robopt.sim2real.server import ServeResult, SimRobotServer
+
+    server = SimRobotServer("Pendulum-v1", period=0.01, command_timeout_ms=0, delay_ticks=2, log=lambda line: None)
+    applied, step = [], server.env.step
+    server.env.step = lambda action: applied.append(float(action[0, 0])) or step(action)
+    try:
+        assert "actuator delay 2 steps" in server.ready_line()
+        result, peer = ServeResult(), ("127.0.0.1", 9)
+        server.env.reset(seed=0)
+        for seq, torque in enumerate([1.5, -1.0, 0.5, 0.5]):
+            server._accept(encode(KIND_ACTION, seq + 1, 0.0, np.array([torque])), peer)
+            server._step(seq, result)
+        assert applied == [0.0, 0.0, 1.5, -1.0]  # zeros until the first command has waited its two steps
+    finally:
+        server.close()
+    with pytest.raises(ValueError, match="--delay-ticks must be an integer >= 0"):
+        SimRobotServer("Pendulum-v1", delay_ticks=-1, log=lambda line: None)
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -158,6 +178,8 @@ def test_sim_robot_rests_after_its_command_timeout():
         (["Pendulum-v1", "--port", "0", "--episodes", "0"], "--episodes must be an integer >= 1"),
         (["NoSuchEnv-v0", "--port", "0"], "unknown Gymnasium env id 'NoSuchEnv-v0'"),
         (["Pendulum-v1", "--port", "0", "--command-timeout-ms", "-5"], "--command-timeout-ms must be a finite number"),
+        (["Pendulum-v1", "--port", "0", "--delay-ticks", "-1"], "--delay-ticks must be an integer >= 0"),
+        (["Pendulum-v1", "--ros2", "--delay-ticks", "1"], "--delay-ticks are UDP options"),
     ],
 )
 def test_sim_robot_bad_input_is_one_line_exit_2(args, message):
