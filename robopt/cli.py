@@ -37,12 +37,17 @@ def train(
         args += ["--no-progress"] if no_progress else []
         _launch_ranks(nproc, args)
         return
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:  # a rank that torchrun or --nproc started
+    if _launched_rank():
         _run_rank(config, overrides, resume, no_progress)
     _run(config, overrides, resume, no_progress)
 
 
 RANK_LOST_EXIT = 4  # a rank whose collective failed because another rank stopped
+
+
+def _launched_rank() -> bool:
+    """Whether this process is one rank of a torchrun (or ``--nproc``) launch."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
 
 
 def _run_rank(config, overrides, resume, no_progress) -> None:
@@ -87,7 +92,7 @@ def _launch_ranks(nproc: int, args: list[str]) -> None:
 
     if nproc < 1:
         _fail(f"--nproc={nproc}: the number of processes must be >= 1")
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+    if _launched_rank():
         _fail("--nproc inside a torchrun launch: give the process count to torchrun (--nproc_per_node) only")
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -329,7 +334,7 @@ app.command()(sweep_commands.report)
 
 
 def main() -> None:
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:  # a data-parallel rank: read when torch loads, so set first
+    if _launched_rank():  # a data-parallel rank: read when torch loads, so set first
         # c10d logs a failed rendezvous or a lost peer as a C++ stack trace; the rank prints it as one line instead
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     try:

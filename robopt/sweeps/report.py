@@ -58,21 +58,23 @@ def area_under_curve(steps: np.ndarray, returns: np.ndarray) -> float:
     return float(np.trapezoid(returns, steps) / (steps[-1] - steps[0]))
 
 
-def read_time_to(run_dir: Path, target: float) -> tuple[float, float]:
+def read_time_to(run_dir: Path, target: float, until_step: float = math.inf) -> tuple[float, float]:
     """(training seconds at the first deterministic evaluation during training >= ``target``, the run's training
-    seconds) from ``progress.csv``: inf when no evaluation reached it, NaN when the run logged none (no
-    ``log.eval_every``, or a peer's run)."""
+    seconds) from ``progress.csv``, over the rows up to ``until_step`` env steps: inf when no evaluation reached it,
+    NaN when the run logged none (no ``log.eval_every``, or a peer's run)."""
     reached, last_wall, evaluated = None, 0.0, False
     try:
         with (run_dir / "progress.csv").open() as handle:
             for row in csv.DictReader(handle):
+                if float(row.get("env_steps") or 0.0) > until_step:
+                    break
                 last_wall = float(row.get("wall_time") or last_wall)
                 value = row.get("eval_return", "")
                 if value not in ("", None):
                     evaluated = True
                     if reached is None and float(value) >= target:
                         reached = last_wall
-    except OSError:
+    except (OSError, ValueError):
         return float("nan"), float("nan")
     if not evaluated:
         return float("nan"), last_wall

@@ -105,21 +105,10 @@ def _intermediate(sweep: Sweep, trials: list[Trial], metric: str = "final") -> t
 def seconds_so_far(run_dir, target: float, step: float) -> float:
     """Training seconds to the first evaluation >= ``target`` logged by ``step`` env steps, else the seconds trained
     by then: a lower bound on the run's time to the target, known while it trains."""
-    import csv
-
-    last_wall = 0.0
-    try:
-        with (run_dir / "progress.csv").open() as handle:
-            for row in csv.DictReader(handle):
-                if float(row["env_steps"]) > step:
-                    break
-                last_wall = float(row.get("wall_time") or last_wall)
-                value = row.get("eval_return", "")
-                if value not in ("", None) and float(value) >= target:
-                    return last_wall
-    except (OSError, KeyError, ValueError):
-        pass
-    return last_wall
+    seconds, trained = read_time_to(run_dir, target, until_step=step)
+    if math.isfinite(seconds):
+        return seconds
+    return trained if math.isfinite(trained) else 0.0
 
 
 def config_params(sweep: Sweep, dimensions: list[Dimension]) -> dict | None:
