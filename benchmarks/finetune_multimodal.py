@@ -7,7 +7,8 @@ The scripted expert of ``robopt/MultiGoal`` heads for a goal drawn uniformly per
 recorded once (``--dataset-episodes``), then per seed and kind (``finetune_common``) cloned with
 ``configs/bc_multimodal.yaml`` (``policy.name`` set per kind) and fine-tuned with ``configs/ppo_multimodal.yaml``,
 ``configs/fpo_multimodal.yaml`` and ``configs/dppo_multimodal.yaml`` (``init_from`` the BC run, ``--budget`` env
-steps); ``--kinds ogpo`` fine-tunes the diffusion clone with ``configs/ogpo_multimodal.yaml`` (off-policy).
+steps); ``--kinds ogpo`` fine-tunes the diffusion clone with ``configs/ogpo_multimodal.yaml``, ``--kinds fql qgf
+expo`` the flow clone with ``configs/{fql,qgf,expo}_multimodal.yaml`` (off-policy, the run's own replay).
 Figures per evaluation, as ``benchmarks/multimodal.py`` defines them: return, success, goals reached by at
 least 2% of the episodes (``modes``), and the reached-goal entropy over log K; mean +- sample std over seeds.
 """
@@ -31,8 +32,10 @@ from robopt.data.collect import collect  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 FINETUNE = {"gaussian": "ppo_multimodal.yaml", "flow": "fpo_multimodal.yaml", "diffusion": "dppo_multimodal.yaml",
-            "ogpo": "ogpo_multimodal.yaml"}  # fmt: skip
-POLICY = {"ogpo": "diffusion"}  # the kind's BC policy when it is not the kind's name (OGPO: DPPO's BC start)
+            "ogpo": "ogpo_multimodal.yaml", "fql": "fql_multimodal.yaml", "qgf": "qgf_multimodal.yaml",
+            "expo": "expo_multimodal.yaml"}  # fmt: skip
+# the kind's BC policy when it is not the kind's name (OGPO: DPPO's diffusion start; FQL, QGF, EXPO: FPO's flow)
+POLICY = {"ogpo": "diffusion", "fql": "flow", "qgf": "flow", "expo": "flow"}
 
 
 def figures(returns: list[float], reached: list[int], env) -> dict:

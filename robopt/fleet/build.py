@@ -56,7 +56,9 @@ def build_fleet_loop(config, initialize: bool = False, worker_options: dict[int,
             from robopt.fleet.retrieval import FertTargets, SuccessPool
 
             pool = SuccessPool(probe.obs_dim, probe.action_dim, fleet.fert_window, fleet.fert_capacity, probe.device)
-            fert = FertTargets(pool, fleet.fert_k)
+            fert = FertTargets(pool, fleet.fert_k, min_episodes=fleet.fert_min_episodes,
+                               max_distance=fleet.fert_max_distance, unique=fleet.fert_unique,
+                               weighting=fleet.fert_weighting, temperature=fleet.fert_temperature)  # fmt: skip
         started = ray_runtime.start(fleet, needed_cpus=fleet.num_robots * fleet.cpus_per_robot)
         actor, options = robot_actor(fleet.cpus_per_robot, fleet.max_restarts), worker_options or {}
         for robot in range(fleet.num_robots):

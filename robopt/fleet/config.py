@@ -53,12 +53,32 @@ class FleetConfig:
     fert_k: int = option(4, "fert: successful segments retrieved per failed episode")
     fert_coef: float = option(0.1, "fert: weight of the behaviour-cloning loss on the actor")
     fert_capacity: int = option(50_000, "fert: successful segments kept (ring)")
+    fert_min_episodes: int = option(1, "fert: successful episodes in the pool before failures retrieve")
+    fert_max_distance: float = option(
+        0.0, "fert: retrieve only segments within this RMS distance per normalized window entry (0: any)"
+    )
+    fert_unique: bool = option(False, "fert: a retrieved segment is a cloning target once, not once per retrieval")
+    fert_weighting: str = option(
+        "none", "fert: weight each cloned pair by the critic's advantage of its action over the policy's "
+        "(binary: 1[A > 0]; exp: min(exp(A / fert_temperature), 20))", ("none", "binary", "exp"),
+    )  # fmt: skip
+    fert_temperature: float = option(1.0, "fert: temperature of fert_weighting=exp, > 0")
+    fert_schedule: str = option(
+        "constant", "fert: fert_coef constant, or decaying linearly to 0 over the run", ("constant", "linear")
+    )
 
     def __post_init__(self) -> None:
         n = self.num_robots
         if n < 0:
             raise ValueError(f"num_robots must be >= 0 (0: no fleet), got {n}")
-        for name in ("collect_steps", "publish_interval", "fert_window", "fert_k", "fert_capacity"):
+        for name in (
+            "collect_steps",
+            "publish_interval",
+            "fert_window",
+            "fert_k",
+            "fert_capacity",
+            "fert_min_episodes",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.steps_per_robot < 0 or self.num_cpus < 0:
@@ -76,6 +96,9 @@ class FleetConfig:
         if self.max_restarts < -1 or self.fert_coef < 0:
             raise ValueError(f"max_restarts must be >= -1 and fert_coef >= 0, got {self.max_restarts}, "
                              f"{self.fert_coef}")  # fmt: skip
+        if not 0.0 <= self.fert_max_distance < math.inf or not 0.0 < self.fert_temperature < math.inf:
+            raise ValueError(f"fert_max_distance must be finite and >= 0 (0: any) and fert_temperature finite and > 0, "
+                             f"got {self.fert_max_distance}, {self.fert_temperature}")  # fmt: skip
         if self.address and not (self.address == "auto" or ":" in self.address):
             raise ValueError(f"address={self.address!r}: use '', 'auto', 'ray://host:port' or 'host:port'")
         if self.max_lag is not None and self.stale_mode == "weight":

@@ -225,8 +225,6 @@ class FleetLoop:
             self.inflight[ref] = (robot, steps, self.version)
 
     def _learn(self, progress: float, stats: dict) -> None:
-        from robopt.algorithms.offpolicy import optimizer_step
-
         for _ in range(min(self._owed(), self.schedule.gradient_steps)):
             try:
                 batch = self.hub.sample(self.schedule.batch_size, self.generator)
@@ -236,10 +234,8 @@ class FleetLoop:
             self.starved = False
             metrics = self.algorithm.update(batch, progress)
             metrics.pop("td_error", None)
-            loss = None if self.fert is None else self.fert.loss(self.policy, self.schedule.batch_size, self.generator)
-            if loss is not None:
-                optimizer_step(self.algorithm.actor_optimizer, self.fleet.fert_coef * loss)
-                metrics["fert_loss"] = loss.detach()
+            if self.fert is not None:
+                self._clone_retrieved(progress, metrics)
             for key, value in metrics.items():
                 stats["sums"][key] = stats["sums"][key] + value if key in stats["sums"] else value
             self.updates += 1
@@ -247,6 +243,23 @@ class FleetLoop:
             if self.updates % self.fleet.publish_interval == 0:
                 self.version += 1
                 self._put_weights()
+
+    def _clone_retrieved(self, progress: float, metrics: dict) -> None:
+        """FERT: one cloning step of the actor on retrieved successful pairs (none while nothing is retrieved)."""
+        from robopt.algorithms.offpolicy import optimizer_step
+
+        loss = self.fert.loss(self.policy, self.schedule.batch_size, self.generator, q=self._q_min)
+        if loss is None:
+            return
+        coef = self.fleet.fert_coef * (max(0.0, 1.0 - progress) if self.fleet.fert_schedule == "linear" else 1.0)
+        if coef > 0.0:  # a zero weight clones nothing (an Adam step on a zero gradient would still move the actor)
+            optimizer_step(self.algorithm.actor_optimizer, coef * loss)
+        metrics["fert_loss"] = loss.detach()
+        if self.fleet.fert_weighting != "none":
+            metrics["fert_weight"] = self.fert.last_weight
+
+    def _q_min(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.algorithm.critic(obs, action).min(0).values  # [C, B] -> [B]
 
     def _metrics(self, stats: dict, elapsed: float) -> dict[str, float]:
         values = {key: float(value) / stats["updates"] for key, value in stats["sums"].items()}
@@ -276,6 +289,7 @@ class FleetLoop:
         })  # fmt: skip
         if self.fert is not None:
             values["fert_pool_segments"] = float(len(self.fert.pool))
+            values["fert_targets"] = float(len(self.fert))
         values.update(self.hub.metrics())
         return values
 

@@ -34,6 +34,8 @@ update (``fert_bc_loss``) of the policy. Decisions:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from robopt.core.normalization import RunningNormalizer
@@ -152,6 +154,11 @@ class SuccessPool:
         """window_obs [Q, W, D] -> slots [Q, min(k, size)] of the nearest successful segments, nearest first."""
         return self.nearest(window_obs, k, chunk_size)[0]
 
+    def segment_ids(self, slots: torch.Tensor) -> torch.Tensor:
+        """Slots -> the number of the segment each holds (the n-th ever written sits in slot n % capacity)."""
+        slots = torch.as_tensor(slots, device=self.device).long()
+        return self.written - 1 - (self.written - 1 - slots) % self.capacity
+
     def segments(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Slots (any shape, M in all) -> the supervising pairs (obs [M, D], action [M, A]): each last step."""
         indices = torch.as_tensor(indices, device=self.device).reshape(-1)
@@ -209,11 +216,13 @@ def fert_batch(pool: SuccessPool, failed_episodes: list[torch.Tensor], k: int) -
     return pool.segments(pool.query(windows, k))
 
 
-def fert_bc_loss(policy, obs: torch.Tensor, action: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+def fert_bc_loss(policy, obs: torch.Tensor, action: torch.Tensor, weights: torch.Tensor | None = None,
+                 normalized: bool = True) -> torch.Tensor:  # fmt: skip
     """Scalar: the mean of ``policy.imitation_loss(obs [B, D], action [B, A])`` over B.
 
-    With ``weights`` [B] (>= 0, positive sum) it is the weighted mean sum(w l) / sum(w) (equal weights give the
-    plain mean). Works with every policy kind that has ``imitation_loss`` (Gaussian, flow, diffusion).
+    With ``weights`` [B] (>= 0) it is the weighted mean sum(w l) / sum(w) (positive sum; equal weights give the
+    plain mean), or with ``normalized=False`` mean(w l) (a zero sum gives 0: nothing to clone). Works with every
+    policy kind that has ``imitation_loss`` (Gaussian, flow, diffusion).
     """
     require(policy, SupportsImitation, "FERT", "it clones the retrieved successful actions")
     check_shape("fert_bc_loss obs", obs, (None, None))
@@ -224,10 +233,14 @@ def fert_bc_loss(policy, obs: torch.Tensor, action: torch.Tensor, weights: torch
     if weights is None:
         return loss.mean()
     check_shape("fert_bc_loss weights", weights, (obs.shape[0],))
-    if bool((weights < 0).any()) or not float(weights.sum()) > 0.0:
-        raise ValueError("fert_bc_loss weights must be >= 0 with a positive sum")
+    if bool((weights < 0).any()) or (normalized and not float(weights.sum()) > 0.0):
+        raise ValueError("fert_bc_loss weights must be >= 0" + (" with a positive sum" if normalized else ""))
     weights = weights.to(loss)
-    return (weights * loss).sum() / weights.sum()
+    return (weights * loss).sum() / weights.sum() if normalized else (weights * loss).mean()
+
+
+WEIGHTINGS = ("none", "binary", "exp")  # FertTargets' weighting of a retrieved pair by its advantage
+EXP_WEIGHT_MAX = 20.0  # exp weighting: exp(A / temperature) clipped here (as advantage-weighted regression)
 
 
 class FertTargets:
@@ -235,39 +248,91 @@ class FertTargets:
 
     ``add(obs [L, D], action [L, A], success)``: a successful episode feeds the pool; a failed one retrieves the
     ``k`` nearest successful segments, whose pairs join the targets (the newest ``max_targets`` are kept).
-    ``loss(policy, batch_size, generator)``: ``fert_bc_loss`` on ``batch_size`` targets drawn uniformly, or None
-    while there are none.
+    ``loss(policy, batch_size, generator, q)``: the cloning loss on ``batch_size`` targets drawn uniformly, or None
+    while there are none. The variants (each off by default, today's FERT-lite then):
+
+    - ``min_episodes``: failures retrieve nothing until the pool holds that many successful episodes;
+    - ``max_distance``: only segments within that RMS distance per normalized window entry, ||q - x|| / sqrt(W D),
+      are retrieved (0: any);
+    - ``unique``: a segment is a target once (retrieved again, its pair moves to the newest end);
+    - ``weighting``: each drawn pair's loss is weighted by the advantage the learner's critic ``q(obs, action) ->
+      [B]`` gives its action over the policy's deterministic one, A = q(s, a) - q(s, pi(s)): ``binary`` 1[A > 0],
+      ``exp`` min(exp(A / temperature), 20); the loss is then mean(w l), so pairs the critic thinks no better than
+      the policy's own action are not cloned (``none``: the plain mean).
     """
 
-    def __init__(self, pool: SuccessPool, k: int, max_targets: int = 4096) -> None:
-        _positive("k", k)
-        _positive("max_targets", max_targets)
-        self.pool, self.k, self.max_targets = pool, k, max_targets
+    def __init__(self, pool: SuccessPool, k: int, max_targets: int = 4096, min_episodes: int = 1,
+                 max_distance: float = 0.0, unique: bool = False, weighting: str = "none",
+                 temperature: float = 1.0) -> None:  # fmt: skip
+        for name, value in (("k", k), ("max_targets", max_targets), ("min_episodes", min_episodes)):
+            _positive(name, value)
+        if not 0.0 <= max_distance < float("inf"):
+            raise ValueError(f"FERT max_distance must be a finite number >= 0 (0: any distance), got {max_distance}")
+        if weighting not in WEIGHTINGS:
+            raise ValueError(f"FERT weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
+        if not 0.0 < temperature < float("inf"):
+            raise ValueError(f"FERT temperature must be a finite number > 0, got {temperature}")
+        self.pool, self.k, self.max_targets, self.min_episodes = pool, k, max_targets, min_episodes
+        self.max_distance, self.unique, self.weighting, self.temperature = max_distance, unique, weighting, temperature
         self.obs: torch.Tensor | None = None  # [M, D]
         self.action: torch.Tensor | None = None  # [M, A]
+        self.ids: torch.Tensor | None = None  # [M] the pool's segment number of each target
+        self.last_weight = float("nan")  # mean weight of the last weighted loss
+
+    def __len__(self) -> int:
+        return 0 if self.obs is None else self.obs.shape[0]
 
     def add(self, obs: torch.Tensor, action: torch.Tensor, success: bool) -> None:
+        pool = self.pool
         if success:
-            self.pool.add_episode(obs, action)
+            pool.add_episode(obs, action)
             return
-        if len(self.pool) == 0:
+        if len(pool) == 0 or pool.episodes < self.min_episodes:
             return
-        new_obs, new_action = fert_batch(self.pool, [obs], self.k)
+        slots, distance = pool.nearest(failure_windows(obs.to(pool.device), pool.window), self.k)  # [1, k']
+        slots, distance = slots[0], distance[0]
+        if self.max_distance > 0.0:
+            slots = slots[distance <= self.max_distance * math.sqrt(pool.window * pool.obs_dim)]
+        if slots.numel() == 0:
+            return
+        ids = pool.segment_ids(slots)
+        new_obs, new_action = pool.segments(slots)
         if self.obs is not None:
-            new_obs = torch.cat([self.obs, new_obs])[-self.max_targets :]
-            new_action = torch.cat([self.action, new_action])[-self.max_targets :]
-        self.obs, self.action = new_obs, new_action
+            keep = ~torch.isin(self.ids, ids) if self.unique else torch.ones_like(self.ids, dtype=torch.bool)
+            new_obs, new_action = torch.cat([self.obs[keep], new_obs]), torch.cat([self.action[keep], new_action])
+            ids = torch.cat([self.ids[keep], ids])
+        self.obs, self.action, self.ids = (
+            new_obs[-self.max_targets :],
+            new_action[-self.max_targets :],
+            ids[-self.max_targets :],
+        )
 
-    def loss(self, policy, batch_size: int, generator: torch.Generator | None = None) -> torch.Tensor | None:
+    def loss(self, policy, batch_size: int, generator: torch.Generator | None = None, q=None) -> torch.Tensor | None:
         if self.obs is None:
             return None
         device = self.obs.device
         pick = torch.randint(self.obs.shape[0], (batch_size,), generator=generator, device=device)
-        return fert_bc_loss(policy, self.obs[pick], self.action[pick])
+        obs, action = self.obs[pick], self.action[pick]
+        if self.weighting == "none":
+            return fert_bc_loss(policy, obs, action)
+        if q is None:
+            raise ValueError(f"FERT weighting={self.weighting} needs the learner's critic (q)")
+        with torch.no_grad():
+            advantage = q(obs, action) - q(obs, policy.act(obs, deterministic=True)[0])  # [B]
+            if self.weighting == "binary":
+                weights = (advantage > 0).to(obs.dtype)
+            else:
+                weights = torch.exp(advantage / self.temperature).clamp(max=EXP_WEIGHT_MAX)
+        self.last_weight = float(weights.mean())
+        return fert_bc_loss(policy, obs, action, weights, normalized=False)
 
     def state_dict(self) -> dict:
-        return {"pool": self.pool.state_dict(), "obs": self.obs, "action": self.action}
+        return {"pool": self.pool.state_dict(), "obs": self.obs, "action": self.action, "ids": self.ids}
 
     def load_state_dict(self, state: dict) -> None:
         self.pool.load_state_dict(state["pool"])
         self.obs, self.action = state["obs"], state["action"]
+        ids = state.get("ids")  # checkpoints from before ``unique``: every target counts as its own segment
+        if ids is None and self.obs is not None:
+            ids = -1 - torch.arange(self.obs.shape[0], device=self.obs.device)
+        self.ids = ids

@@ -37,6 +37,11 @@ def test_robot_draws_fixed_dynamics_from_its_seed():
         ({"address": "nowhere"}, "address='nowhere'"),
         ({"randomization": {"body_mass": [1.5, 0.5]}}, "fleet.randomization: randomization body_mass"),
         ({"randomization": {"mass": [1, 2]}}, "fleet.randomization: unknown randomization keys ['mass']"),
+        ({"fert_min_episodes": 0}, "fert_min_episodes must be >= 1, got 0"),
+        ({"fert_max_distance": -1.0}, "fert_max_distance must be finite and >= 0"),
+        ({"fert_temperature": 0.0}, "fert_temperature finite and > 0"),
+        ({"fert_weighting": "advantage"}, "fert_weighting"),
+        ({"fert_schedule": "cosine"}, "fert_schedule"),
     ],
 )
 def test_bad_fleet_config_is_one_line_error(overrides, message):

@@ -311,15 +311,20 @@ def goal_episode(robot: int, obs: torch.Tensor, action: torch.Tensor, success: b
             "truncated": truncated, "success": torch.tensor([success])}  # fmt: skip
 
 
-def test_fert_clones_the_successful_action_nearest_to_a_failure(local_ray):
-    """The learner side alone (no robot actor): a successful and a failed episode go in, a FERT update comes out."""
+@pytest.mark.parametrize("variant", ["plain", "exp_weighted_linear"])
+def test_fert_clones_the_successful_action_nearest_to_a_failure(local_ray, variant):
+    """The learner side alone (no robot actor): a successful and a failed episode go in, a FERT update comes out.
+
+    ``exp_weighted_linear``: the advantage-weighted loss (exp weights, always > 0) and a weight decaying to 0 at the
+    end of the run, where the cloning step must leave the actor as it is."""
     from robopt.algorithms.sac import SAC
     from robopt.build import build_env, build_policy
     from robopt.fleet.hub import hub_from_schedule
     from robopt.fleet.loop import FleetLoop
     from robopt.fleet.retrieval import FertTargets, SuccessPool
 
-    data = config_to_dict(make_config(fert=True, fert_window=3, fert_k=1, randomization={}))
+    options = {"fert_weighting": "exp", "fert_schedule": "linear"} if variant != "plain" else {}
+    data = config_to_dict(make_config(fert=True, fert_window=3, fert_k=1, randomization={}, **options))
     data["env"] = {"id": "mujoco/GripperReach"}
     data["algo"]["loop"].update(learning_starts=0, batch_size=8)
     config = build_dataclass(ExperimentConfig, data)
@@ -327,7 +332,7 @@ def test_fert_clones_the_successful_action_nearest_to_a_failure(local_ray):
     policy = build_policy(config, probe)
     hub = hub_from_schedule(config.algo.loop, config.algo.gamma, probe, 2, policy=policy)
     pool = SuccessPool(probe.obs_dim, probe.action_dim, 3, 100)
-    fert = FertTargets(pool, k=1)
+    fert = FertTargets(pool, k=1, weighting=config.fleet.fert_weighting)
     loop = FleetLoop(config, probe, policy, SAC(config.algo, policy, probe), hub, [], False, 100, fert)
     try:
         generator = torch.Generator().manual_seed(0)
@@ -345,6 +350,16 @@ def test_fert_clones_the_successful_action_nearest_to_a_failure(local_ray):
         loop._learn(0.0, stats)
         assert stats["updates"] == 2 and "fert_loss" in stats["sums"] and torch.isfinite(stats["sums"]["fert_loss"])
         assert torch.equal(loop.state_dict()["fert"]["obs"], good_obs[6:7])
+        assert ("fert_weight" in stats["sums"]) == (variant != "plain")
+        before = [parameter.detach().clone() for parameter in policy.parameters()]
+        metrics = {}
+        loop._clone_retrieved(1.0, metrics)  # end of the run: linear weight 0, constant weight fert_coef
+        moved = any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+        assert "fert_loss" in metrics and moved == (variant == "plain")
+        if variant != "plain":
+            assert 0.0 < metrics["fert_weight"] <= 20.0
+            loop._clone_retrieved(0.5, metrics)  # half way: half the weight, a step
+            assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
     finally:
         loop.close()
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from robopt.fleet.retrieval import (
+    WEIGHTINGS,
     FertTargets,
     SuccessPool,
     episode_windows,
@@ -230,3 +231,81 @@ def test_bad_input_gives_one_line_value_errors():
     policy = tiny_policy()
     one_line_error(lambda: fert_bc_loss(policy, torch.zeros(3, 1), torch.zeros(2, 1)), "action: expected shape")
     one_line_error(lambda: fert_bc_loss(policy, torch.zeros(2, 1), torch.zeros(2, 1), torch.zeros(2)), "positive sum")
+
+
+def test_segment_ids_number_segments_through_the_ring():
+    pool = SuccessPool(obs_dim=1, action_dim=1, window=2, capacity=3)
+    pool.add_episode(column(0, 1), column(10, 11))
+    pool.add_episode(column(2, 3), column(12, 13))  # segments 0-3; segment 3 overwrote slot 0
+    torch.testing.assert_close(pool.segment_ids(torch.tensor([0, 1, 2])), torch.tensor([3, 1, 2]))
+
+
+def test_min_episodes_holds_retrieval_until_the_pool_has_that_many_successes():
+    targets = FertTargets(ranking_pool(), k=2, min_episodes=2)  # the pool holds one successful episode
+    targets.add(column(1, 2), column(0, 0), success=False)
+    assert len(targets) == 0 and targets.loss(tiny_policy(), 4) is None
+    targets.add(column(9, 9), column(0.5, 0.5), success=True)
+    targets.add(column(1, 2), column(0, 0), success=False)
+    assert len(targets) == 2
+
+
+def test_max_distance_keeps_only_close_segments():
+    # raw distances from the window [1, 2]: slot 0 [0, 0] sqrt 5, slot 1 [0, 1] sqrt 2, slot 2 [1, 3] 1, slot 3
+    # [3, 6] sqrt 20; per window entry (/ sqrt 2): 1.58, 1.0, 0.71, 3.16
+    for max_distance, expected in ((0.8, column(3)), (1.1, column(3, 1)), (0.5, None)):
+        targets = FertTargets(ranking_pool(normalize=False), k=2, max_distance=max_distance)
+        targets.add(column(1, 2), column(0, 0), success=False)
+        if expected is None:
+            assert len(targets) == 0
+        else:
+            torch.testing.assert_close(targets.obs, expected)
+
+
+def test_unique_targets_keep_one_copy_per_segment_the_newest_last():
+    plain, unique = FertTargets(ranking_pool(), k=2), FertTargets(ranking_pool(), k=2, unique=True)
+    for targets in (plain, unique):
+        targets.add(column(1, 2), column(0, 0), success=False)  # slots 2, 1
+        targets.add(column(1, 2), column(0, 0), success=False)  # the same two again
+        targets.add(column(5, 6, 6), column(0, 0, 0), success=False)  # slots 3, 2
+    assert len(plain) == 6
+    torch.testing.assert_close((unique.obs, unique.action), (column(1, 6, 3), column(0.2, 0.4, 0.3)))
+    torch.testing.assert_close(unique.ids, torch.tensor([1, 3, 2]))
+    restored = FertTargets(ranking_pool(), k=2, unique=True)
+    restored.load_state_dict(unique.state_dict())
+    torch.testing.assert_close(restored.ids, unique.ids)
+    old = unique.state_dict()
+    del old["ids"]  # a checkpoint from before unique targets: each row its own (negative) id
+    restored.load_state_dict(old)
+    torch.testing.assert_close(restored.ids, torch.tensor([-1, -2, -3]))
+
+
+def test_advantage_weighting_clones_only_what_the_critic_prefers_to_the_policy():
+    policy = tiny_policy()  # deterministic action 0 everywhere; targets' actions 0.2, 0.3, 0.4 (all > 0)
+    weighted = {name: FertTargets(ranking_pool(), k=2, weighting=name, temperature=0.2) for name in WEIGHTINGS}
+    for targets in weighted.values():
+        targets.add(column(1, 2), column(0, 0), success=False)
+        targets.add(column(5, 6, 6), column(0, 0, 0), success=False)
+    loss = lambda targets, q: targets.loss(policy, 64, torch.Generator().manual_seed(0), q=q)  # noqa: E731
+    prefers_larger = lambda obs, action: action[:, 0]  # noqa: E731  A = a - 0 > 0
+    prefers_smaller = lambda obs, action: -action[:, 0]  # noqa: E731  A < 0
+    plain = loss(weighted["none"], None)
+    torch.testing.assert_close(loss(weighted["binary"], prefers_larger), plain)  # every weight 1
+    assert weighted["binary"].last_weight == 1.0
+    assert float(loss(weighted["binary"], prefers_smaller).detach()) == 0.0 and weighted["binary"].last_weight == 0.0
+    pick = torch.randint(4, (64,), generator=torch.Generator().manual_seed(0))
+    obs, action = weighted["exp"].obs[pick], weighted["exp"].action[pick]
+    expected = (torch.exp(action[:, 0] / 0.2) * policy.imitation_loss(obs, action)).mean()  # exp(1 .. 2): no clip
+    torch.testing.assert_close(loss(weighted["exp"], prefers_larger), expected)
+    clipped = loss(weighted["exp"], lambda obs, action: 100.0 * action[:, 0])  # exp(100 .. 200) -> 20
+    torch.testing.assert_close(clipped, 20.0 * policy.imitation_loss(obs, action).mean())
+    one_line_error(lambda: loss(weighted["exp"], None), "weighting=exp needs the learner's critic")
+
+
+def test_bad_fert_variant_options_are_one_line_errors():
+    pool = ranking_pool()
+    one_line_error(lambda: FertTargets(pool, k=1, min_episodes=0), "min_episodes must be")
+    one_line_error(lambda: FertTargets(pool, k=1, max_distance=-0.1), "max_distance must be a finite number >= 0")
+    one_line_error(lambda: FertTargets(pool, k=1, weighting="advantage"), "weighting must be one of none, binary")
+    one_line_error(lambda: FertTargets(pool, k=1, temperature=0.0), "temperature must be a finite number > 0")
+    one_line_error(lambda: fert_bc_loss(tiny_policy(), torch.zeros(1, 1), torch.zeros(1, 1), -torch.ones(1), False),
+                   "weights must be >= 0$")  # fmt: skip
