@@ -3,13 +3,16 @@
     .venv/bin/python benchmarks/her.py --task reach --seeds 0 1 2                 # HER vs no HER, 6k steps each
     .venv/bin/python benchmarks/her.py --task push --seeds 0 1 2 --steps 60000    # no HER, HER, HER + PER
     .venv/bin/python benchmarks/her.py --task push --variants her her_per --threshold 0.5
+    .venv/bin/python benchmarks/her.py --task push_fast --seeds 0 1 2 3 4 --steps 100000 --threshold 0.5 0.9
 
-Each run trains the task's config (configs/sac_her_reach.yaml, sac_her_push.yaml, sac_her_per_push.yaml) with
-``seed`` and ``total_steps`` overridden; "no HER" is the HER config with ``algo.loop.her_strategy=none``. Printed
+Each run trains the task's config (configs/sac_her_reach.yaml, sac_her_push.yaml, sac_her_per_push.yaml;
+``push_fast``: sac_her_push_fast.yaml, its PER variant by overrides) with ``seed`` and ``total_steps``
+overridden; "no HER" is the HER config with ``algo.loop.her_strategy=none``. Printed
 per variant, mean +- std over seeds: the success rate of the training episodes (stochastic policy) at quarters of
 the budget, the final deterministic success rate (``log.eval_episodes`` fresh episodes), and the env steps at
-which the training success rate first reaches ``--threshold`` (the mean over two consecutive logged iterations;
-runs that never reach it count as the budget and are marked). Curves (mean and min-max over seeds) go to
+which the training success rate first reaches each ``--threshold`` (the mean over two consecutive logged
+iterations; runs that never reach it count as the budget and are marked), each with the 95% percentile-bootstrap
+interval of the mean over seeds (``robopt.sweeps.report.interval``). Curves (mean and min-max over seeds) go to
 ``--out``. The figures are learning results, not timings: other processes may run meanwhile.
 """
 
@@ -21,10 +24,13 @@ import statistics
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from robopt.experiment import load_config
 from robopt.logging import read_progress
 from robopt.plotting import plot_runs
 from robopt.runner import train
+from robopt.sweeps.report import interval
 
 VARIANTS = {  # name -> (config, overrides)
     "reach": {"no_her": ("configs/sac_her_reach.yaml", ["algo.loop.her_strategy=none"]),
@@ -32,8 +38,12 @@ VARIANTS = {  # name -> (config, overrides)
     "push": {"no_her": ("configs/sac_her_push.yaml", ["algo.loop.her_strategy=none"]),
              "her": ("configs/sac_her_push.yaml", []),
              "her_per": ("configs/sac_her_per_push.yaml", [])},
+    "push_fast": {"no_her": ("configs/sac_her_push_fast.yaml", ["algo.loop.her_strategy=none"]),
+                  "her": ("configs/sac_her_push_fast.yaml", []),
+                  "her_per": ("configs/sac_her_push_fast.yaml", ["algo.loop.sampler=prioritized",
+                              "algo.loop.priority_alpha=0.6", "algo.loop.priority_beta=0.4"])},
 }  # fmt: skip
-DEFAULT_STEPS = {"reach": 6000, "push": 60000}
+DEFAULT_STEPS = {"reach": 6000, "push": 60000, "push_fast": 100000}
 
 
 def steps_to_threshold(steps: list[float], success: list[float], threshold: float) -> float | None:
@@ -58,11 +68,18 @@ def mean_std(values: list[float], digits: int = 2) -> str:
     return f"{statistics.fmean(values):.{digits}f} +- {std:.{digits}f}"
 
 
-def report(task: str, results: dict[str, list[dict]], steps: int, threshold: float) -> None:
+def mean_interval(values: list[float], digits: int = 2) -> str:
+    """Mean over seeds with the 95% bootstrap interval of the mean."""
+    low, high = interval(np.asarray(values, dtype=float), statistic=np.mean)
+    return f"{statistics.fmean(values):.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def report(task: str, results: dict[str, list[dict]], steps: int, thresholds: list[float]) -> None:
     quarters = [steps * q // 4 for q in (1, 2, 3, 4)]
-    print(f"\n{task}: {steps} env steps, seeds {len(next(iter(results.values())))}, threshold {threshold}")
+    print(f"\n{task}: {steps} env steps, seeds {len(next(iter(results.values())))}; mean [95% bootstrap interval]")
     head = "".join(f"{f'train @{q / 1000:g}k':>15s}" for q in quarters)
-    print(f"{'variant':9s}{head}{'final eval':>15s}{'steps to threshold':>26s}")
+    tail = "".join(f"{f'steps to {threshold:g}':>32s}" for threshold in thresholds)
+    print(f"{'variant':9s}{head}{'final eval':>22s}{tail}")
     for name, runs in results.items():
         cells = []
         for q in quarters:
@@ -71,12 +88,14 @@ def report(task: str, results: dict[str, list[dict]], steps: int, threshold: flo
                 at = [s for s, _ in zip(*r["curve"]) if s <= q]
                 values.append(r["curve"][1][len(at) - 1] if at else 0.0)
             cells.append(f"{mean_std(values):>15s}")
-        reached = [steps_to_threshold(*r["curve"], threshold) for r in runs]
-        missed = sum(v is None for v in reached)
-        to_threshold = mean_std([v if v is not None else float(steps) for v in reached], digits=0)
-        note = f" ({missed} never)" if missed else ""
-        evals = mean_std([r["eval_success"] for r in runs])
-        print(f"{name:9s}{''.join(cells)}{evals:>15s}{to_threshold + note:>26s}")
+        columns = []
+        for threshold in thresholds:
+            reached = [steps_to_threshold(*r["curve"], threshold) for r in runs]
+            missed = sum(v is None for v in reached)
+            to_threshold = mean_interval([v if v is not None else float(steps) for v in reached], digits=0)
+            columns.append(f"{to_threshold + (f' ({missed} never)' if missed else ''):>32s}")
+        evals = mean_interval([r["eval_success"] for r in runs])
+        print(f"{name:9s}{''.join(cells)}{evals:>22s}{''.join(columns)}")
 
 
 def main() -> None:
@@ -84,8 +103,10 @@ def main() -> None:
     parser.add_argument("--task", choices=sorted(VARIANTS), default="reach")
     parser.add_argument("--variants", nargs="+", default=None, help="subset of the task's variants")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=None, help="env steps per run (default: reach 6k, push 60k)")
-    parser.add_argument("--threshold", type=float, default=0.5, help="training success rate to time")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="env steps per run (default: reach 6k, push 60k, push_fast 100k)"
+    )
+    parser.add_argument("--threshold", type=float, nargs="+", default=[0.5], help="training success rates to time")
     parser.add_argument("--out", type=Path, default=None, help="curves PNG (default: her_<task>.png)")
     args = parser.parse_args()
     variants = args.variants or list(VARIANTS[args.task])
