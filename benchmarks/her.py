@@ -54,13 +54,16 @@ def steps_to_threshold(steps: list[float], success: list[float], threshold: floa
     return None
 
 
-def run(config: str, overrides: list[str], seed: int, steps: int, root: str) -> dict:
+def run(config: str, overrides: list[str], seed: int, steps: int, root: str, name: str) -> dict:
     cfg = load_config(config, [*overrides, f"seed={seed}", f"total_steps={steps}", f"log.run_root={root}",
-                               "log.progress=false"])  # fmt: skip
-    result = train(cfg)
-    evaluation = json.loads((result.run_dir / "eval.json").read_text())
-    curve = read_progress(result.run_dir, "success_rate")
-    return {"run_dir": result.run_dir, "curve": curve, "eval_success": evaluation["success_rate"]}
+                               "log.progress=false", f"name={name}"])  # fmt: skip
+    return read_run(train(cfg).run_dir)
+
+
+def read_run(run_dir: Path) -> dict:
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    curve = read_progress(run_dir, "success_rate")
+    return {"run_dir": run_dir, "curve": curve, "eval_success": evaluation["success_rate"]}
 
 
 def mean_std(values: list[float], digits: int = 2) -> str:
@@ -108,18 +111,30 @@ def main() -> None:
     )
     parser.add_argument("--threshold", type=float, nargs="+", default=[0.5], help="training success rates to time")
     parser.add_argument("--out", type=Path, default=None, help="curves PNG (default: her_<task>.png)")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="keep the runs in ROOT/<task>_<variant>/ (default: a temporary directory)")  # fmt: skip
+    parser.add_argument("--report-only", action="store_true",
+                        help="train nothing: report the finished runs under --root")  # fmt: skip
     args = parser.parse_args()
+    if args.report_only and args.root is None:
+        parser.error("--report-only reads the runs of --root: give --root")
     variants = args.variants or list(VARIANTS[args.task])
     unknown = sorted(set(variants) - set(VARIANTS[args.task]))
     if unknown:
         parser.error(f"unknown variants {unknown} for {args.task}; allowed: {', '.join(VARIANTS[args.task])}")
     steps = args.steps or DEFAULT_STEPS[args.task]
     results: dict[str, list[dict]] = {name: [] for name in variants}
-    with tempfile.TemporaryDirectory() as root:
-        for seed in args.seeds:  # seed-major: a partial run still compares the variants
+    with tempfile.TemporaryDirectory() as temporary:
+        root = args.root or Path(temporary)
+        for name in variants if args.report_only else ():
+            done = sorted(p.parent for p in (root / f"{args.task}_{name}").glob("*/eval.json"))
+            results[name] = [read_run(run_dir) for run_dir in done]
+        if args.report_only and not all(results.values()):
+            parser.error(f"--report-only: no finished run under {root} for {[n for n in variants if not results[n]]}")
+        for seed in () if args.report_only else args.seeds:  # seed-major: a partial run still compares the variants
             for name in variants:
                 config, overrides = VARIANTS[args.task][name]
-                results[name].append(run(config, overrides, seed, steps, root))
+                results[name].append(run(config, overrides, seed, steps, str(root), f"{args.task}_{name}"))
                 curve = results[name][-1]["curve"]
                 print(f"{args.task} {name} seed {seed}: final training success {curve[1][-1]:.2f}, "
                       f"eval {results[name][-1]['eval_success']:.2f}", flush=True)  # fmt: skip
