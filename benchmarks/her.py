@@ -96,7 +96,7 @@ def report(task: str, results: dict[str, list[dict]], steps: int, thresholds: li
             reached = [steps_to_threshold(*r["curve"], threshold) for r in runs]
             missed = sum(v is None for v in reached)
             to_threshold = mean_interval([v if v is not None else float(steps) for v in reached], digits=0)
-            columns.append(f"{to_threshold + (f' ({missed} never)' if missed else ''):>32s}")
+            columns.append(f" {to_threshold + (f' ({missed} never)' if missed else ''):>31s}")
         evals = mean_interval([r["eval_success"] for r in runs])
         print(f"{name:9s}{''.join(cells)}{evals:>22s}{''.join(columns)}")
 
