@@ -255,7 +255,7 @@ class FleetLoop:
         if coef > 0.0:  # a zero weight clones nothing (an Adam step on a zero gradient would still move the actor)
             optimizer_step(self.algorithm.actor_optimizer, coef * loss)
         metrics["fert_loss"] = loss.detach()
-        if self.fleet.fert_weighting != "none":
+        if self.fert.weighting != "none":
             metrics["fert_weight"] = self.fert.last_weight
 
     def _q_min(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:

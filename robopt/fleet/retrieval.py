@@ -277,7 +277,7 @@ class FertTargets:
         self.obs: torch.Tensor | None = None  # [M, D]
         self.action: torch.Tensor | None = None  # [M, A]
         self.ids: torch.Tensor | None = None  # [M] the pool's segment number of each target
-        self.last_weight = float("nan")  # mean weight of the last weighted loss
+        self.last_weight = torch.tensor(float("nan"))  # mean weight of the last weighted loss (a tensor: no sync)
 
     def __len__(self) -> int:
         return 0 if self.obs is None else self.obs.shape[0]
@@ -323,7 +323,7 @@ class FertTargets:
                 weights = (advantage > 0).to(obs.dtype)
             else:
                 weights = torch.exp(advantage / self.temperature).clamp(max=EXP_WEIGHT_MAX)
-        self.last_weight = float(weights.mean())
+        self.last_weight = weights.mean()
         return fert_bc_loss(policy, obs, action, weights, normalized=False)
 
     def state_dict(self) -> dict:
