@@ -11,13 +11,16 @@ same env steps per robot and so the same number of SAC updates); ``fleet.fert=fa
 on (obs, action) pairs that failed episodes retrieved from the fleet's successful segments
 (``robopt.fleet.retrieval``). Success is scored as in ``fleet_scaling.py``: ``--heldout`` unseen robots,
 ``--episodes`` deterministic episodes each. ``--variant NAME "key=value ..."`` (repeatable) adds a FERT run with
-those overrides. Runs go one at a time, the variants interleaved per seed.
+those overrides; ``--baselines plain`` (or ``fert``) runs only that one of the two beside them. Runs go one at a time,
+the variants interleaved per seed. ``--records FILE`` appends each run's record as it ends (two processes on other
+seeds can share one file), and ``--report FILE ...`` prints the table of such files without running anything.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import sys
 import tempfile
@@ -48,8 +51,17 @@ def main() -> int:
         help='a FERT variant: a name and its "key=value ..." overrides (fleet.fert=true is implied)',
     )
     parser.add_argument("--no-baselines", action="store_true", help="run only the --variant runs")
+    parser.add_argument(
+        "--baselines", nargs="*", choices=["plain", "fert"], default=["plain", "fert"],
+        help="which of plain fleet SAC and FERT-lite to run beside the variants (default both)",
+    )  # fmt: skip
+    parser.add_argument("--records", type=Path, help="append each run's record to this JSON-lines file as it ends")
+    parser.add_argument("--report", type=Path, nargs="+", help="print the table of these records files; run nothing")
     args = parser.parse_args()
-    variants = [] if args.no_baselines else [("plain", ["fleet.fert=false"]), ("fert", ["fleet.fert=true"])]
+    if args.report:
+        return report([json.loads(line) for path in args.report for line in path.read_text().splitlines() if line])
+    baselines = {"plain": ["fleet.fert=false"], "fert": ["fleet.fert=true"]}
+    variants = [] if args.no_baselines else [(name, baselines[name]) for name in args.baselines]
     variants += [(name, ["fleet.fert=true", *overrides.split()]) for name, overrides in args.variant]
     if len({name for name, _ in variants}) < len(variants) or not variants:
         parser.error("--variant names must be unique, not plain or fert, and at least one run must be left")
@@ -74,14 +86,25 @@ def main() -> int:
                                 "pool": logged.get("fert_pool_segments", 0.0),
                                 "targets": logged.get("fert_targets", 0.0)})  # fmt: skip
                 train_success = logged.get("success_rate", float("nan"))
+                if args.records is not None:
+                    with args.records.open("a") as records_file:
+                        records_file.write(json.dumps({**records[-1], "overrides": variant}) + "\n")
                 print(f"  seed {seed} {name:5}: held-out success {success:.3f} | learner updates "
                       f"{records[-1]['updates']:.0f} | pool segments {records[-1]['pool']:.0f} | targets "
                       f"{records[-1]['targets']:.0f} | last training "
                       f"success {train_success:.2f} | {seconds:.0f} s", flush=True)  # fmt: skip
-    print(f"\n{'variant':8} {'held-out success':>18} {'wall s':>16}")
-    for name, _ in variants:
-        mine = [record for record in records if record["name"] == name]
-        print(f"{name:8} {mean_std([r['success'] for r in mine]):>18} {mean_std([r['seconds'] for r in mine]):>16}")
+    return report(records)
+
+
+def report(records: list[dict]) -> int:
+    """Per variant (in first-seen order): the seeds, held-out success per seed and mean +- std, and wall time."""
+    print(f"\n{'variant':8} {'seeds':>10} {'held-out success per seed':>34} {'mean +- std':>14} {'wall s':>12}")
+    for name in dict.fromkeys(record["name"] for record in records):
+        mine = sorted((record for record in records if record["name"] == name), key=lambda r: r["seed"])
+        seeds = " ".join(str(r["seed"]) for r in mine)
+        each = ", ".join(f"{r['success']:.3f}" for r in mine)
+        print(f"{name:8} {seeds:>10} {each:>34} {mean_std([r['success'] for r in mine]):>14} "
+              f"{mean_std([r['seconds'] for r in mine]):>12}")  # fmt: skip
     return 0
 
 
