@@ -97,14 +97,29 @@ def main() -> int:
 
 
 def report(records: list[dict]) -> int:
-    """Per variant (in first-seen order): the seeds, held-out success per seed and mean +- std, and wall time."""
-    print(f"\n{'variant':8} {'seeds':>10} {'held-out success per seed':>34} {'mean +- std':>14} {'wall s':>12}")
-    for name in dict.fromkeys(record["name"] for record in records):
-        mine = sorted((record for record in records if record["name"] == name), key=lambda r: r["seed"])
+    """Per variant (in first-seen order): held-out success per seed, mean +- std and wall time; then each variant
+    against plain fleet SAC on the seeds both ran: the mean paired difference with its 95% bootstrap interval."""
+    import numpy as np
+
+    from robopt.sweeps.report import interval
+
+    names = list(dict.fromkeys(record["name"] for record in records))
+    by_name = {name: {r["seed"]: r for r in records if r["name"] == name} for name in names}
+    print(f"\n{'variant':8} {'seeds':>12} {'held-out success per seed':>44} {'mean +- std':>14} {'wall s':>16}")
+    for name in names:
+        mine = [by_name[name][seed] for seed in sorted(by_name[name])]
         seeds = " ".join(str(r["seed"]) for r in mine)
         each = ", ".join(f"{r['success']:.3f}" for r in mine)
-        print(f"{name:8} {seeds:>10} {each:>34} {mean_std([r['success'] for r in mine]):>14} "
-              f"{mean_std([r['seconds'] for r in mine]):>12}")  # fmt: skip
+        print(f"{name:8} {seeds:>12} {each:>44} {mean_std([r['success'] for r in mine]):>14} "
+              f"{mean_std([r['seconds'] for r in mine]):>16}")  # fmt: skip
+    for name in (n for n in names if n != "plain" and "plain" in by_name):
+        seeds = sorted(set(by_name[name]) & set(by_name["plain"]))
+        if seeds:
+            gap = np.array([by_name[name][s]["success"] - by_name["plain"][s]["success"] for s in seeds])
+            low, high = interval(gap, np.mean)
+            listed = " ".join(map(str, seeds))
+            print(f"{name} - plain over seeds {listed}: {gap.mean():+.3f} [{low:+.3f}, {high:+.3f}], "
+                  f"better on {int((gap > 0).sum())} of {len(seeds)}")  # fmt: skip
     return 0
 
 
