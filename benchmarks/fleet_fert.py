@@ -50,7 +50,9 @@ def main() -> int:
         metavar=("NAME", "OVERRIDES"),
         help='a FERT variant: a name and its "key=value ..." overrides (fleet.fert=true is implied)',
     )
-    parser.add_argument("--no-baselines", action="store_true", help="run only the --variant runs")
+    parser.add_argument(
+        "--no-baselines", dest="baselines", action="store_const", const=[], help="run only the --variant runs"
+    )
     parser.add_argument(
         "--baselines", nargs="*", choices=["plain", "fert"], default=["plain", "fert"],
         help="which of plain fleet SAC and FERT-lite to run beside the variants (default both)",
@@ -61,7 +63,7 @@ def main() -> int:
     if args.report:
         return report([json.loads(line) for path in args.report for line in path.read_text().splitlines() if line])
     baselines = {"plain": ["fleet.fert=false"], "fert": ["fleet.fert=true"]}
-    variants = [] if args.no_baselines else [(name, baselines[name]) for name in args.baselines]
+    variants = [(name, baselines[name]) for name in args.baselines]
     variants += [(name, ["fleet.fert=true", *overrides.split()]) for name, overrides in args.variant]
     if len({name for name, _ in variants}) < len(variants) or not variants:
         parser.error("--variant names must be unique, not plain or fert, and at least one run must be left")
