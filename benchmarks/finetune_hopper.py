@@ -10,7 +10,9 @@ BC with ``configs/bc_{gaussian,flow,diffusion}_hopper.yaml`` and fine-tuning wit
 ``configs/{ppo,fpo,dppo}_finetune_hopper.yaml`` / ``configs/dppo_hopper.yaml`` for ``--budget`` env steps each
 (the diffusion policy acts in chunks of 4: its budget counts env steps, not decisions). Returns are over
 ``--episodes`` fresh episodes per evaluation, deterministic and stochastic; mean +- sample std over seeds.
-``--kinds ogpo`` fine-tunes the diffusion clone off-policy with ``configs/ogpo_hopper.yaml``; ``--at`` also
+``--kinds ogpo`` fine-tunes the diffusion clone off-policy with ``configs/ogpo_hopper.yaml``; ``--kinds qgf expo``
+fine-tune the flow clone off-policy (``configs/{qgf,expo}_hopper.yaml``, the dataset in their replay) from the
+critics of offline IQL runs (``--init-critic-from``, one per seed); ``--at`` also
 evaluates each fine-tuning run at those env-step counts, and ``--dataset-root`` reuses a recorded dataset:
 
     .venv/bin/python benchmarks/finetune_hopper.py --kinds gaussian flow diffusion ogpo --budget 100000 \
@@ -39,7 +41,10 @@ KINDS = {
     "flow": (CONFIGS / "bc_flow_hopper.yaml", CONFIGS / "fpo_finetune_hopper.yaml"),
     "diffusion": (CONFIGS / "bc_diffusion_hopper.yaml", CONFIGS / "dppo_hopper.yaml"),
     "ogpo": (CONFIGS / "bc_diffusion_hopper.yaml", CONFIGS / "ogpo_hopper.yaml"),  # the same BC start as DPPO's
+    "qgf": (CONFIGS / "bc_flow_hopper.yaml", CONFIGS / "qgf_hopper.yaml"),  # the same BC start as FPO's
+    "expo": (CONFIGS / "bc_flow_hopper.yaml", CONFIGS / "expo_hopper.yaml"),
 }
+WARM_CRITICS = {"qgf", "expo"}  # off-policy on the flow clone, critics from an offline IQL run, the dataset in replay
 
 
 def main() -> int:
@@ -67,8 +72,18 @@ def main() -> int:
         default=[],
         help="also evaluate the fine-tuning run at these env-step counts (below --budget)",
     )
+    parser.add_argument(
+        "--init-critic-from",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="qgf and expo: one offline IQL run per seed, in --seeds order, whose critics they start from "
+        "(benchmarks/offline_hopper.py --algos iql --online)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the records as JSON")
     args = parser.parse_args()
+    if WARM_CRITICS & set(args.kinds) and (len(args.init_critic_from) != len(args.seeds) or args.dataset_root is None):
+        parser.error("--kinds qgf/expo need --dataset-root and one --init-critic-from run per seed")
     print(f"finetune_hopper {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
           f"{' '.join(sys.argv[1:]) or '(defaults)'}", flush=True)  # fmt: skip
     with tempfile.TemporaryDirectory() as temporary:
@@ -89,10 +104,14 @@ def main() -> int:
             common.append(f"algo.dataset_root={root / 'datasets'}")
         bc_extra = [f"algo.epochs={args.bc_epochs}"] if args.bc_epochs > 0 else []
         records = []
-        for seed in args.seeds:
+        for index, seed in enumerate(args.seeds):
             for kind in args.kinds:
+                ft_extra = []
+                if kind in WARM_CRITICS:
+                    ft_extra = [f"init_critic_from={args.init_critic_from[index]}", "algo.loop.offline_updates=0",
+                                f"algo.loop.dataset_root={args.dataset_root}"]  # fmt: skip
                 record = run_kind(
-                    kind, KINDS[kind], seed, common[:3], [*bc_extra, common[3]], [], args.budget, args.episodes,
+                    kind, KINDS[kind], seed, common[:3], [*bc_extra, common[3]], ft_extra, args.budget, args.episodes,
                     return_figures, args.at,
                 )  # fmt: skip
                 records.append(record)
