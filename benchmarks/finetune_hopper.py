@@ -31,7 +31,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from finetune_common import MODES, mean_std, print_table, quiet_train, return_figures, run_kind  # noqa: E402
+from finetune_common import (  # noqa: E402
+    MODES,
+    evaluate,
+    mean_std,
+    print_table,
+    quiet_train,
+    return_figures,
+    run_kind,
+)
 
 from robopt.data.collect import collect  # noqa: E402
 
@@ -80,8 +88,18 @@ def main() -> int:
         help="qgf and expo: one offline IQL run per seed, in --seeds order, whose critics they start from "
         "(benchmarks/offline_hopper.py --algos iql --online)",
     )
+    parser.add_argument(
+        "--evaluate",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="only evaluate these run directories as the table does (a run extended with `robopt train --resume RUN "
+        "total_steps=N`), then exit",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the records as JSON")
     args = parser.parse_args()
+    if args.evaluate:
+        return evaluate_runs(args.evaluate, args.episodes)
     if WARM_CRITICS & set(args.kinds) and (len(args.init_critic_from) != len(args.seeds) or args.dataset_root is None):
         parser.error("--kinds qgf/expo need --dataset-root and one --init-critic-from run per seed")
     print(f"finetune_hopper {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
@@ -133,6 +151,19 @@ def main() -> int:
             print(f"{kind:10} at {steps:>7} deterministic {cells[0]:>20} stochastic {cells[1]:>20}")
     if args.out:
         args.out.write_text(json.dumps(records, indent=1))
+    return 0
+
+
+def evaluate_runs(run_dirs: list[Path], episodes: int) -> int:
+    """The table's evaluation (``episodes`` fresh episodes per mode, env seed 10000 + the run's seed) of each run."""
+    from robopt.experiment import load_run_config
+
+    for run_dir in run_dirs:
+        config = load_run_config(run_dir)
+        figures = evaluate(run_dir, episodes, 10_000 + config.seed, return_figures)
+        rows = (run_dir / "progress.csv").read_text().split()  # the last logged row: env steps of the checkpoint
+        print(f"{run_dir} (seed {config.seed}, {rows[-1].split(',')[0]} env steps): "
+              + " ".join(f"{mode} {figures[mode]['return']:.1f}" for mode in MODES), flush=True)  # fmt: skip
     return 0
 
 
