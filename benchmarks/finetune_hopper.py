@@ -156,9 +156,13 @@ def main() -> int:
 
 def evaluate_runs(run_dirs: list[Path], episodes: int) -> int:
     """The table's evaluation (``episodes`` fresh episodes per mode, env seed 10000 + the run's seed) of each run."""
+    from robopt.build import LAST_CHECKPOINT
     from robopt.experiment import load_run_config
 
     for run_dir in run_dirs:
+        if not (run_dir / LAST_CHECKPOINT).is_file() or not (run_dir / "progress.csv").is_file():
+            print(f"--evaluate: {str(run_dir)!r} is not a run directory with a checkpoint and progress.csv")
+            return 2
         config = load_run_config(run_dir)
         figures = evaluate(run_dir, episodes, 10_000 + config.seed, return_figures)
         rows = (run_dir / "progress.csv").read_text().split()  # the last logged row: env steps of the checkpoint
