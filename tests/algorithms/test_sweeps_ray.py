@@ -33,7 +33,8 @@ def ray_env():
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def _robopt(*args: str, env: dict, timeout: float = 240) -> subprocess.CompletedProcess:
+def _robopt(*args: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    # a hang guard, not a timing: the sweep takes about 110 s alone on 2 cores, and overran 240 s beside other work
     return subprocess.run([sys.executable, "-m", "robopt", *args], capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=timeout)  # fmt: skip
 
