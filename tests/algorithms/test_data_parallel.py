@@ -61,7 +61,7 @@ def _ppo_worker(rank: int, tmp_path: Path) -> None:
     ppo.use_collective(collective)
     metrics = ppo.update(half, 0.0)
     torch.save({"flat": ppo.updater.flat.detach().clone(), "kl": metrics["batch_approx_kl"]}, tmp_path / f"{rank}.pt")
-    collective.close()
+    collective.close(synchronize=True)  # a rank leaving first can tear gloo down under the other (SIGABRT)
 
 
 def test_one_update_on_two_ranks_equals_one_process_on_the_whole_minibatch(tmp_path):
@@ -96,7 +96,7 @@ def _trpo_worker(rank: int, tmp_path: Path) -> None:
     metrics = trpo.update(batch.index(torch.arange(32 * rank, 32 * (rank + 1))), 0.0)
     torch.save({"policy": trpo.policy.state_dict(), "critic": trpo.critic.state_dict(), "kl": metrics["kl"]},
                tmp_path / f"{rank}.pt")  # fmt: skip
-    collective.close()
+    collective.close(synchronize=True)
 
 
 def test_a_trpo_step_on_two_ranks_equals_one_process_on_the_whole_batch(tmp_path):
@@ -133,7 +133,7 @@ def _critic_step(rows: slice, collective) -> torch.Tensor:
 def _off_policy_worker(rank: int, tmp_path: Path) -> None:
     collective = _join(rank, tmp_path)
     torch.save(_critic_step(slice(32 * rank, 32 * (rank + 1)), collective), tmp_path / f"{rank}.pt")
-    collective.close()
+    collective.close(synchronize=True)
 
 
 def test_an_off_policy_optimizer_step_on_two_ranks_equals_one_process_on_the_whole_batch(tmp_path):
@@ -160,7 +160,7 @@ def _statistics_worker(rank: int, tmp_path: Path) -> None:
                         scaler(reward[8:, envs], done[8:, envs], collective)])  # fmt: skip
     torch.save({"mean": normalizer.mean, "var": normalizer.var, "count": normalizer.count, "adv": (mean, std),
                 "scaled": scaled}, tmp_path / f"{rank}.pt")  # fmt: skip
-    collective.close()
+    collective.close(synchronize=True)
 
 
 def test_normalizer_advantage_and_reward_statistics_are_those_of_every_rank(tmp_path):
