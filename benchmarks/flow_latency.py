@@ -84,6 +84,7 @@ def policies(args) -> tuple[FlowPolicy, DiffusionPolicy, GaussianPolicy, str]:
         from robopt.evaluation import load_policy
 
         config, loaded = load_policy(args.run_dir)
+        torch.set_num_threads(args.threads)  # load_policy set the run's own count
         obs_dim, action_dim, hidden = loaded.obs_dim, loaded.action_dim, tuple(config.policy.hidden)
         source = f"{type(loaded).__name__} from {args.run_dir} (obs {obs_dim}, action {action_dim}); the other random"
     low, high = -torch.ones(action_dim), torch.ones(action_dim)

@@ -50,6 +50,23 @@ def hopper(tmp_path_factory) -> tuple[Path, Path]:
     return run_dir, export_run(run_dir, formats=("onnx",)).out_dir
 
 
+def test_load_policy_runs_torch_on_the_threads_training_used(hopper):
+    """With torch's default on CPU, an evaluation beside another process spins against it; load_policy sets the run's
+    count (1 on CPU unless torch_threads says otherwise), as build_loop does for training."""
+    from dataclasses import replace
+
+    run_dir, _ = hopper
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        config, _ = load_policy(run_dir)
+        assert config.torch_threads == 0 and torch.get_num_threads() == 1
+        load_policy(run_dir, replace(config, torch_threads=2))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)
+
+
 def _reference(run_dir: Path, episodes: int, seed: int, policy=None) -> list[float]:
     """``robopt eval``'s returns: the run's own env (num_envs = episodes), its policy (or ``policy``)."""
     config, loaded = load_policy(run_dir)
