@@ -96,10 +96,20 @@ def main() -> int:
         help="only evaluate these run directories as the table does (a run extended with `robopt train --resume RUN "
         "total_steps=N`), then exit",
     )
+    parser.add_argument(
+        "--eval-set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --evaluate: config overrides for the evaluation only (e.g. policy.guidance_scale=1)",
+    )
+    parser.add_argument(
+        "--eval-seed", type=int, default=10_000, help="with --evaluate: env seed base (plus the run's seed)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the records as JSON")
     args = parser.parse_args()
     if args.evaluate:
-        return evaluate_runs(args.evaluate, args.episodes)
+        return evaluate_runs(args.evaluate, args.episodes, tuple(args.eval_set), args.eval_seed)
     if WARM_CRITICS & set(args.kinds) and (len(args.init_critic_from) != len(args.seeds) or args.dataset_root is None):
         parser.error("--kinds qgf/expo need --dataset-root and one --init-critic-from run per seed")
     print(f"finetune_hopper {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
@@ -154,9 +164,11 @@ def main() -> int:
     return 0
 
 
-def evaluate_runs(run_dirs: list[Path], episodes: int) -> int:
-    """The table's evaluation (``episodes`` fresh episodes per mode, env seed 10000 + the run's seed) of each run."""
+def evaluate_runs(run_dirs: list[Path], episodes: int, overrides: tuple[str, ...] = (), seed_base: int = 10_000) -> int:
+    """The table's evaluation (``episodes`` fresh episodes per mode, env seed ``seed_base`` + the run's seed) of each
+    run, its config changed by ``overrides`` first."""
     from robopt.build import LAST_CHECKPOINT
+    from robopt.config import ConfigError
     from robopt.experiment import load_run_config
 
     for run_dir in run_dirs:
@@ -164,9 +176,14 @@ def evaluate_runs(run_dirs: list[Path], episodes: int) -> int:
             print(f"--evaluate: {str(run_dir)!r} is not a run directory with a checkpoint and progress.csv")
             return 2
         config = load_run_config(run_dir)
-        figures = evaluate(run_dir, episodes, 10_000 + config.seed, return_figures)
+        try:
+            figures = evaluate(run_dir, episodes, seed_base + config.seed, return_figures, overrides)
+        except (ConfigError, ValueError) as error:  # a bad --eval-set key or value
+            print(f"--eval-set {' '.join(overrides)}: {error}")
+            return 2
         rows = (run_dir / "progress.csv").read_text().split()  # the last logged row: env steps of the checkpoint
-        print(f"{run_dir} (seed {config.seed}, {rows[-1].split(',')[0]} env steps): "
+        knobs = f", {' '.join(overrides)}" if overrides else ""
+        print(f"{run_dir} (seed {config.seed}, {rows[-1].split(',')[0]} env steps{knobs}): "
               + " ".join(f"{mode} {figures[mode]['return']:.1f}" for mode in MODES), flush=True)  # fmt: skip
     return 0
 
