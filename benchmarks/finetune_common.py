@@ -47,14 +47,13 @@ def run_episodes(policy, env, seed: int, deterministic: bool) -> tuple[list[floa
     return returns.tolist(), reached.tolist()
 
 
-def evaluate(run_dir: Path, episodes: int, seed: int, figures, overrides: tuple[str, ...] = ()) -> dict:
-    """{mode: figures(returns, reached, env)} of the run's last checkpoint, for both modes; ``overrides`` (KEY=VALUE)
-    change the run's config before its policy is built (an evaluation-time knob such as ``policy.guidance_scale``)."""
+def evaluate(run_dir: Path, episodes: int, seed: int, figures, config=None) -> dict:
+    """{mode: figures(returns, reached, env)} of the run's last checkpoint, for both modes; the policy is built from
+    ``config`` if given (the run's config with an evaluation-time knob changed, such as ``policy.guidance_scale``)."""
     from robopt.build import build_env
     from robopt.evaluation import load_policy
 
-    loaded = load_config(str(Path(run_dir) / "config.yaml"), list(overrides)) if overrides else None
-    config, policy = load_policy(run_dir, loaded)
+    config, policy = load_policy(run_dir, config)
     env = build_env(config, num_envs=episodes)
     try:
         return {mode: figures(*run_episodes(policy, env, seed, mode == "deterministic"), env) for mode in MODES}

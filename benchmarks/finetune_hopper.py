@@ -169,15 +169,15 @@ def evaluate_runs(run_dirs: list[Path], episodes: int, overrides: tuple[str, ...
     run, its config changed by ``overrides`` first."""
     from robopt.build import LAST_CHECKPOINT
     from robopt.config import ConfigError
-    from robopt.experiment import load_run_config
+    from robopt.experiment import load_config
 
     for run_dir in run_dirs:
         if not (run_dir / LAST_CHECKPOINT).is_file() or not (run_dir / "progress.csv").is_file():
             print(f"--evaluate: {str(run_dir)!r} is not a run directory with a checkpoint and progress.csv")
             return 2
-        config = load_run_config(run_dir)
         try:
-            figures = evaluate(run_dir, episodes, seed_base + config.seed, return_figures, overrides)
+            config = load_config(str(run_dir / "config.yaml"), list(overrides))
+            figures = evaluate(run_dir, episodes, seed_base + config.seed, return_figures, config)
         except (ConfigError, ValueError) as error:  # a bad --eval-set key or value
             print(f"--eval-set {' '.join(overrides)}: {error}")
             return 2
