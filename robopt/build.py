@@ -63,10 +63,11 @@ def build_env(config: ExperimentConfig, num_envs: int | None = None, **extra):
     ``robopt.envs.chunking.ActionChunkEnv``: one decision steps the env H times.
     """
     check_device(config.device)
+    from_sections = section_env_options(config)
     try:
         env = make_env(
             config.env.id, num_envs or config.env.num_envs, backend=config.env.backend, device=config.device,
-            **{**config.env.kwargs, **extra},
+            **{**config.env.kwargs, **from_sections, **extra},
         )  # fmt: skip
     except (ValueError, TypeError) as error:
         raise ConfigError(f"env.id={config.env.id!r}: {error}") from None
@@ -82,6 +83,15 @@ def build_env(config: ExperimentConfig, num_envs: int | None = None, **extra):
             "relabelling assumes one action per transition); use policy.horizon=1"
         )
     return ActionChunkEnv(env, horizon)
+
+
+def section_env_options(config: ExperimentConfig) -> dict:
+    """The env options the config's sections give (``Section.env_options``: the robot's description and task)."""
+    options: dict = {}
+    for section in registered_sections().values():
+        if section.env_options is not None:
+            options.update(section.env_options(config))
+    return options
 
 
 def evaluation_env_options(config: ExperimentConfig) -> dict:

@@ -82,7 +82,8 @@ class Section:
 
     ``choices`` is the feature's own registry (name -> dataclass), read when a config is built, so entries
     registered later are seen. ``noun`` names a choice in messages ("algorithm"). ``runs_as(config)`` returns
-    the kind of loop this section makes the run (or None): the runner dispatches on it.
+    the kind of loop this section makes the run (or None): the runner dispatches on it. ``env_options(config)``
+    returns keyword options this section gives the env's constructor (the robot's description and task), or {}.
     """
 
     name: str
@@ -92,6 +93,7 @@ class Section:
     default: str = ""
     noun: str = ""
     runs_as: Callable[[Any], str | None] | None = None
+    env_options: Callable[[Any], dict] | None = None
 
     def default_value(self) -> Any:
         return self.choices[self.default]() if self.choices is not None else self.config_cls()
@@ -267,7 +269,7 @@ def build_section(section: Section, data: dict | None) -> Any:
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """Apply ``a.b=value`` strings (value parsed as YAML) to a nested dict; returns a new dict."""
-    data = yaml.safe_load(yaml.safe_dump(data)) or {}
+    data = yaml.safe_load(yaml.safe_dump(data, sort_keys=False)) or {}  # a copy; mappings keep their order
     for override in overrides:
         if "=" not in override:
             raise ConfigError(f"override {override!r} is not of the form key=value (e.g. algo.clip_low=0.1)")

@@ -14,6 +14,7 @@ import yaml
 
 import robopt.algorithms  # noqa: F401  (sections algo, rollout)
 import robopt.build  # noqa: F401  (loop kinds on_policy, off_policy, pretrain)
+import robopt.envs.robot.config  # noqa: F401  (sections robot, task)
 import robopt.fleet.build  # noqa: F401  (loop kind fleet)
 import robopt.fleet.config  # noqa: F401  (section fleet)
 import robopt.policies  # noqa: F401  (sections policy, critic)

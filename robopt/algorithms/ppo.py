@@ -30,7 +30,12 @@ from robopt.options import ConfigError, option
 @dataclass(frozen=True)
 class PPOConfig:
     learning_rate: float = option(3e-4, "Adam learning rate (initial value of the schedule)")
-    lr_schedule: str = option("linear", "learning-rate schedule over training", SCHEDULES)
+    lr_schedule: str = option(
+        "linear", "learning-rate schedule over training; adaptive: after every minibatch step, /1.5 when the step's "
+        "approx KL exceeds 2 x desired_kl and x1.5 below half of it (rsl_rl's), within [1e-5, 1e-2]",
+        (*SCHEDULES, "adaptive"),
+    )  # fmt: skip
+    desired_kl: float = option(0.01, "lr_schedule=adaptive: the approx KL per minibatch step to hold")
     epochs: int = option(10, "passes over each rollout")
     minibatch_size: int = option(64, "samples per gradient step")
     ratio: RatioControl = option(
@@ -190,7 +195,9 @@ class PPO:
         self.config, self.policy, self.critic = config, policy, critic
         params = list(policy.parameters()) + list(critic.parameters())
         self.updater = FirstOrderUpdater(params, config.learning_rate, config.max_grad_norm)
-        self.schedule = make_schedule(config.lr_schedule, config.learning_rate)
+        self.adaptive = config.lr_schedule == "adaptive"
+        self.schedule = make_schedule("constant" if self.adaptive else config.lr_schedule, config.learning_rate)
+        self.learning_rate = config.learning_rate  # the adaptive schedule's current value
         self.control = config.ratio  # adapted between updates (kl_penalty_adaptive); saved in state_dict
         self.compiled_step = None
         self.collective = LOCAL
@@ -201,18 +208,23 @@ class PPO:
             self.compiled_step = CompiledFirstOrderStep(self.updater, PPOObjective(policy, critic, config))
 
     def update(self, batch: RolloutBatch, progress: float) -> dict[str, torch.Tensor]:
-        config = self.config
-        learning_rate = self.schedule(progress)
+        config, adaptive = self.config, self.adaptive
+        learning_rate = self.learning_rate if adaptive else self.schedule(progress)
         self.updater.set_lr(learning_rate)
 
         def epoch_steps(with_metrics: bool):
             for minibatch in self._epoch_minibatches(batch):
                 if self.compiled_step is not None:
-                    yield self._compiled_step(minibatch)
+                    metrics = self._compiled_step(minibatch)
                 else:
-                    yield self.updater.step(
-                        lambda mb=minibatch: ppo_loss(self.policy, self.critic, mb, config, self.control, with_metrics)
+                    metrics = self.updater.step(
+                        lambda mb=minibatch: ppo_loss(
+                            self.policy, self.critic, mb, config, self.control, with_metrics or adaptive
+                        )
                     )
+                if adaptive:
+                    self._adapt_learning_rate(metrics["approx_kl"])
+                yield metrics
 
         metrics, epochs_run = run_epochs(config.epochs, config.target_kl, epoch_steps, self.collective)
         drift = {}
@@ -227,8 +239,20 @@ class PPO:
             **{f"batch_{key}": value for key, value in drift.items()},
             "explained_variance": explained_variance(batch.value, batch.return_target),
             "epochs_run": torch.tensor(float(epochs_run)),
-            "learning_rate": torch.tensor(learning_rate),
+            "learning_rate": torch.tensor(self.learning_rate if adaptive else learning_rate),
         }
+
+    def _adapt_learning_rate(self, approx_kl: torch.Tensor) -> None:
+        """rsl_rl's adaptive schedule: the step's KL (the ranks' mean) against ``desired_kl``; one host read."""
+        kl = approx_kl.detach()
+        if self.collective.world_size > 1:
+            kl = self.collective.mean_dict({"kl": kl})["kl"]
+        kl, desired = float(kl), self.config.desired_kl
+        if kl > 2.0 * desired:
+            self.learning_rate = max(1e-5, self.learning_rate / 1.5)
+        elif 0.0 < kl < 0.5 * desired:
+            self.learning_rate = min(1e-2, self.learning_rate * 1.5)
+        self.updater.set_lr(self.learning_rate)
 
     def use_collective(self, collective: Collective) -> None:
         """Data-parallel training: every minibatch step averages the flat gradient over ranks (before the clip), and
@@ -271,8 +295,10 @@ class PPO:
         return shuffled.split(self.config.minibatch_size)
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.updater.state_dict(), "kl_coef": self.control.kl_coef}
+        return {"optimizer": self.updater.state_dict(), "kl_coef": self.control.kl_coef,
+                "learning_rate": self.learning_rate}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
         self.updater.load_state_dict(state["optimizer"])
         self.control = dataclasses.replace(self.control, kl_coef=state["kl_coef"])
+        self.learning_rate = state.get("learning_rate", self.config.learning_rate)  # absent before the schedule

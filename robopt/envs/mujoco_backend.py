@@ -140,6 +140,8 @@ class MujocoBackend:
             for name, value in values.items():
                 if name == "actuator_gain":
                     model.actuator_gainprm[:, 0] = value[row]
+                elif name == "actuator_bias":
+                    model.actuator_biasprm[:, :3] = value[row]
                 else:
                     getattr(model, name)[:] = value[row]
             mujoco.mj_setConst(model, self._datas[i])  # body_subtreemass, dof_M0... follow the new masses

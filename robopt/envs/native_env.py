@@ -13,6 +13,10 @@ Unstable simulation (MuJoCo reset the row itself, or its state is not finite): t
 learner and nothing is bootstrapped from a broken state), is reset from the task's distribution, is
 flagged in ``info["unstable"]``, is counted in ``unstable_count`` and logs a warning.
 
+Tasks with a context (``robopt.envs.robot.task.TermTask``: velocity commands, the last action, feet air time)
+implement the optional hooks of ``robopt.envs.tasks.base.ContextTask``; the env calls them at fixed points of
+``step`` and of a row's reset, and adds their ``privileged`` block and ``log`` statistics (``info["log"]``).
+
 Goal-conditioned tasks (a task with ``achieved_goal``, ``robopt.envs.tasks.goal``): the env also has the obs
 slices ``achieved_goal`` and ``desired_goal``, ``compute_reward(achieved_goal [B, G], desired_goal [B, G]) -> [B]``
 (for hindsight relabelling) and ``info["is_success"]`` [N] bool from ``final_obs`` at every step. Other envs have
@@ -77,6 +81,7 @@ class NativeVecEnv:
         self.action_low, self.action_high = ctrl_range[:, 0].contiguous(), ctrl_range[:, 1].contiguous()
         self.dt = model.opt.timestep * task.frame_skip
         self.randomization = Randomization.from_config(randomization)
+        self._context = hasattr(task, "update_context")  # a ContextTask (robopt.envs.tasks.base)
         self.unstable_count = 0
         self._generator = torch.Generator()
         self._generator.manual_seed(seed) if seed is not None else self._generator.seed()
@@ -85,8 +90,10 @@ class NativeVecEnv:
         dtype = physics.state()["qpos"].dtype
         bounds = (self.action_low, self.action_high)
         self._randomizer = Randomizer(self.randomization, model, nominal, self.device, dtype, bounds, self.num_envs)
-        self.privileged_dim = self._randomizer.privileged_dim
+        self.privileged_dim = self._randomizer.privileged_dim + getattr(task, "privileged_dim", 0)
         self._randomizer.seed_steps(self._generator)
+        if self._context:
+            task.seed_steps(self._generator)
         self._custom = torch.zeros(self.num_envs, dtype=torch.bool)  # rows with non-nominal base params
         self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)  # [N]
         self._tracker = EpisodeTracker(self.num_envs, self.device)
@@ -102,6 +109,8 @@ class NativeVecEnv:
         if seed is not None:
             self._generator.manual_seed(seed)
             self._randomizer.seed_steps(self._generator)
+            if self._context:
+                self.task.seed_steps(self._generator)
         self._obs, self._position = self._reset_rows(torch.arange(self.num_envs))
         self._elapsed.zero_()
         self._tracker.reset()
@@ -110,20 +119,25 @@ class NativeVecEnv:
     def step(self, action: torch.Tensor):
         """Step every row with action [N, A]; see ``robopt.core.protocols.VecEnv``. Adds info["unstable"] [N]."""
         check_action(self.env_id, action, self.num_envs, self.action_dim)
-        randomizer = self._randomizer
+        randomizer, task = self._randomizer, self.task
+        commanded = action.detach().to(self.physics.device, self._position.dtype)  # the policy's, for the context
         if randomizer.acts_on_actions:  # the action the actuators apply (delayed, noisy)
             action = randomizer.action(action.detach().to(self.device, self._position.dtype))
         action = action.detach().to(self.physics.device, self._position.dtype)
         if self.randomization.pushes:
             rows, force = randomizer.push_step()
             self.physics.set_external_force(rows, randomizer.push_body, force)
-        unstable = self.physics.step(action, self.task.frame_skip)  # [N]
+        unstable = self.physics.step(action, task.frame_skip)  # [N]
         state = self.physics.state()
-        position = self.task.tracked_position(state)  # [N, P], the next step's "before"
-        clean_obs = self.task.observe(state).to(self.device, torch.float32)  # [N, D]
-        obs = randomizer.observe(clean_obs)  # what the policy sees, also as final_obs
-        reward, terminated = self.task.reward(state, action, self._position, self.dt)
+        position = task.tracked_position(state)  # [N, P], the next step's "before"
+        if self._context:  # actions, contacts, counters after the physics step; read by the reward
+            task.update_context(state, commanded)
+        reward, terminated = task.reward(state, action, self._position, self.dt)
         reward, terminated = reward.to(self.device, torch.float32), terminated.to(self.device)
+        if self._context:  # commands whose time is up change, then the new observation frame
+            task.advance(state)
+        clean_obs = task.observe(state).to(self.device, torch.float32)  # [N, D]
+        obs = randomizer.observe(clean_obs)  # what the policy sees, also as final_obs
         unstable = unstable.to(self.device)
         self._elapsed += 1
         truncated = self._elapsed >= self.max_episode_steps
@@ -144,6 +158,8 @@ class NativeVecEnv:
         episode_return, episode_length = self._tracker.update(reward, done)
         info = {"final_obs": obs, "episode_return": episode_return, "episode_length": episode_length}
         info["unstable"] = unstable
+        if self._context:
+            info["log"] = task.log()
         if final_privileged is not None:
             info["final_privileged_obs"] = final_privileged
         if self._goal_task:  # the success of an episode that ended is that of its last (noise-free) observation
@@ -158,10 +174,14 @@ class NativeVecEnv:
         Blocks, each present only when its knob is on, in this order: ``body_mass`` scales [Bd - 1] (the world
         body left out; each body's inertia has its mass's scale), ``geom_friction`` scales [G * 3],
         ``dof_damping`` scales [V], ``actuator_gain`` (motor strength) scales [U], the action delay in ticks
-        [1], and 1.0 if the next step is pushed else 0.0 [1]. After a step these are the values of the
-        episodes the returned obs belong to; ``info["final_privileged_obs"]`` has those of ``final_obs``.
+        [1], and 1.0 if the next step is pushed else 0.0 [1]; then a context task's own block (its privileged
+        observation terms: foot contacts, friction...). After a step these are the values of the episodes the
+        returned obs belong to; ``info["final_privileged_obs"]`` has those of ``final_obs``.
         """
-        return self._randomizer.privileged()
+        if not self._context or not self.task.privileged_dim:
+            return self._randomizer.privileged()
+        task_block = self.task.privileged(self.physics.state()).to(self.device, torch.float32)
+        return torch.cat([self._randomizer.privileged(), task_block], dim=1)
 
     def _compute_reward(self, achieved_goal: torch.Tensor, desired_goal: torch.Tensor) -> torch.Tensor:
         """The task's reward for goals achieved [B, G] and desired [B, G]: [B] float32 on the env device."""
@@ -196,6 +216,8 @@ class NativeVecEnv:
         self.physics.set_state(env_ids, qpos, qvel)
         state = self.physics.state()
         rows = env_ids.to(self.physics.device)
+        if self._context:  # commands, last action, counters and observation history of the new episodes
+            self.task.reset_context(rows, state, self._generator)
         obs = self._randomizer.observe(self.task.observe(state)[rows].to(self.device, torch.float32))
         return obs, self.task.tracked_position(state)[rows]
 
@@ -219,6 +241,7 @@ class NativeVecEnv:
             "position": self._position.clone(),
             "unstable_count": self.unstable_count,
             "randomization": self._randomizer.state_dict(),
+            **({"task": self.task.state_dict()} if self._context else {}),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -241,6 +264,8 @@ class NativeVecEnv:
         self.unstable_count = int(state["unstable_count"])
         if "randomization" in state:  # absent from checkpoints written before these knobs existed
             self._randomizer.load_state_dict(state["randomization"])
+        if self._context:
+            self.task.load_state_dict(state["task"])
 
     def close(self) -> None:
         """Release the physics backend."""
@@ -266,23 +291,9 @@ def make_native_env(task_cls: type, backend: str, num_envs: int, device: str | t
     max_episode_steps = kwargs.pop("max_episode_steps", None)
     model = load_model(task_cls)
     env_id = f"mujoco/{task_cls.name}"
-    if backend == "mujoco":
-        from robopt.envs.mujoco_backend import MujocoBackend
-
-        misplaced = [key for key in WARP_ONLY_OPTIONS if key in kwargs]
-        if misplaced:
-            raise ValueError(f"env.kwargs {', '.join(misplaced)}: options of backend mujoco_warp, not of mujoco")
-        num_threads = kwargs.pop("num_threads", 2)
-        task = _make_task(task_cls, model, env_id, kwargs)
-        physics = MujocoBackend(model, num_envs, task.fields, num_threads=num_threads)
-    elif backend == "mujoco_warp":
-        from robopt.envs.warp_backend import WarpBackend  # imports warp lazily (extra [gpu])
-
-        warp_options = {k: kwargs.pop(k) for k in WARP_ONLY_OPTIONS if k in kwargs}
-        task = _make_task(task_cls, model, env_id, kwargs)
-        physics = WarpBackend(model, num_envs, task.fields, device=device, **warp_options)
-    else:
-        raise ValueError(f"{env_id}: unknown native backend {backend!r}; allowed: mujoco, mujoco_warp")
+    backend_options = pop_backend_options(env_id, backend, kwargs)
+    task = _make_task(task_cls, model, env_id, kwargs)
+    physics = make_physics(model, backend, num_envs, task.fields, device, backend_options, env_id)
     return NativeVecEnv(
         task,
         physics,
@@ -292,6 +303,40 @@ def make_native_env(task_cls: type, backend: str, num_envs: int, device: str | t
         randomization=randomization,
         max_episode_steps=max_episode_steps,
     )
+
+
+def pop_backend_options(env_id: str, backend: str, kwargs: dict) -> dict:
+    """Take the backend's own options out of ``kwargs`` (``num_threads`` on mujoco, ``WARP_ONLY_OPTIONS`` on
+    mujoco_warp); an option of the other backend, or an unknown backend, is a ValueError naming it."""
+    if backend == "mujoco":
+        misplaced = [key for key in WARP_ONLY_OPTIONS if key in kwargs]
+        if misplaced:
+            raise ValueError(f"env.kwargs {', '.join(misplaced)}: options of backend mujoco_warp, not of mujoco")
+        return {"num_threads": kwargs.pop("num_threads", 2)}
+    if backend == "mujoco_warp":
+        return {k: kwargs.pop(k) for k in WARP_ONLY_OPTIONS if k in kwargs}
+    raise ValueError(f"{env_id}: unknown native backend {backend!r}; allowed: mujoco, mujoco_warp")
+
+
+def make_physics(
+    model: mujoco.MjModel,
+    backend: str,
+    num_envs: int,
+    fields: tuple[str, ...],
+    device: str | torch.device,
+    options: dict,
+    env_id: str,
+) -> PhysicsBackend:
+    """N copies of ``model`` on ``backend`` ('mujoco': CPU threads; 'mujoco_warp': MuJoCo Warp, imported lazily)."""
+    if backend == "mujoco":
+        from robopt.envs.mujoco_backend import MujocoBackend
+
+        return MujocoBackend(model, num_envs, fields, **options)
+    if backend == "mujoco_warp":
+        from robopt.envs.warp_backend import WarpBackend  # imports warp lazily (extra [gpu])
+
+        return WarpBackend(model, num_envs, fields, device=device, **options)
+    raise ValueError(f"{env_id}: unknown native backend {backend!r}; allowed: mujoco, mujoco_warp")
 
 
 def _make_task(task_cls: type, model: mujoco.MjModel, env_id: str, options: dict) -> Task:

@@ -11,12 +11,15 @@ State fields a task may request (all ``[N, ...]``, read right after ``step``, ex
 computed at the start of the last substep):
     ``qpos`` [N, Q], ``qvel`` [N, V], ``xpos`` [N, Bd, 3], ``xipos`` [N, Bd, 3], ``cinert`` [N, Bd, 10],
     ``cvel`` [N, Bd, 6], ``cfrc_ext`` [N, Bd, 6] (after ``mj_rnePostConstraint``), ``qfrc_actuator`` [N, V],
-    ``qfrc_constraint`` [N, V], ``site_xpos`` [N, S, 3].
+    ``qfrc_constraint`` [N, V], ``site_xpos`` [N, S, 3], ``sensordata`` [N, nsensordata] (the model's sensors, as
+    MuJoCo computes them in the last substep), ``actuator_force`` [N, U].
 
 Per-env model parameters (domain randomization), absolute values, set with ``set_params``:
     ``body_mass`` [N, Bd], ``body_inertia`` [N, Bd, 3] (diagonal, in the body's inertial frame),
     ``geom_friction`` [N, G, 3], ``dof_damping`` [N, V], ``actuator_gain`` [N, U] (``actuator_gainprm[:, 0]``;
-    every ported task uses plain motors, whose force is gain * ctrl).
+    the ported tasks use plain motors, whose force is gain * ctrl), ``actuator_bias`` [N, U, 3]
+    (``actuator_biasprm[:, :3]``: a servo's affine bias b0 + b1 * length + b2 * velocity), ``body_ipos`` [N, Bd, 3]
+    (each body's centre of mass in its own frame).
 
 External forces (random pushes): ``set_external_force`` sets rows' ``xfrc_applied`` of one body, a world-frame
 wrench [force 3, torque 3] at the body's centre of mass that stays applied until set again or the row is reset.
@@ -44,8 +47,18 @@ STATE_FIELDS = (
     "qfrc_actuator",
     "qfrc_constraint",
     "site_xpos",
+    "sensordata",
+    "actuator_force",
 )
-PARAM_NAMES = ("body_mass", "geom_friction", "dof_damping", "actuator_gain", "body_inertia")
+PARAM_NAMES = (
+    "body_mass",
+    "geom_friction",
+    "dof_damping",
+    "actuator_gain",
+    "body_inertia",
+    "actuator_bias",
+    "body_ipos",
+)
 
 
 class PhysicsBackend(Protocol):
@@ -172,6 +185,8 @@ def nominal_params_of(model: mujoco.MjModel) -> dict[str, torch.Tensor]:
         "dof_damping": torch.tensor(model.dof_damping, dtype=torch.float64),
         "actuator_gain": torch.tensor(model.actuator_gainprm[:, 0], dtype=torch.float64),
         "body_inertia": torch.tensor(model.body_inertia, dtype=torch.float64),
+        "actuator_bias": torch.tensor(model.actuator_biasprm[:, :3], dtype=torch.float64).reshape(model.nu, 3),
+        "body_ipos": torch.tensor(model.body_ipos, dtype=torch.float64),
     }
 
 

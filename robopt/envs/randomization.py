@@ -38,10 +38,11 @@ _ALIASES = {"motor_strength": "actuator_gain"}
 class Randomization:
     """Domain randomization config (``env.kwargs.randomization``); every knob off by default.
 
-    ``motor_strength`` is accepted by ``from_config`` as another name for ``actuator_gain``: every ported task
-    drives plain motors (force = gear * gain * ctrl) or velocity servos whose gain multiplies ctrl only, so
-    scaling the gain is scaling the action, except that MuJoCo clamps ctrl to its range before the gain: a
-    strength above 1 then still gives a stronger motor at full command, which scaling the action would not.
+    ``motor_strength`` is accepted by ``from_config`` as another name for ``actuator_gain``. One draw scales an
+    actuator's whole force: its gain and its affine bias (``actuator_biasprm[:3]``), so a PD position servo
+    (force = kp * (target - q) - kd * qdot, a robot's joint) gets kp and kd scaled together, and a plain motor
+    (force = gear * gain * ctrl, the Gymnasium tasks; no bias) is scaled as before. MuJoCo clamps ctrl to its range
+    before the gain: a strength above 1 still gives a stronger motor at full command.
     """
 
     body_mass: tuple[float, float] = (1.0, 1.0)
@@ -66,6 +67,10 @@ class Randomization:
     """Steps a push lasts."""
     push_body: str | None = None
     """Body the pushes act on (at its centre of mass); default the root body (the world's first child)."""
+    com_offset: tuple[float, float] = (0.0, 0.0)
+    """Range (m) of an offset added to each axis of ``com_body``'s centre of mass, drawn per env at reset."""
+    com_body: str | None = None
+    """Body whose centre of mass ``com_offset`` moves; default the root body (the world's first child)."""
 
     @classmethod
     def from_config(cls, value: Randomization | dict | None) -> Randomization:
@@ -87,12 +92,19 @@ class Randomization:
         for key in ("push_interval", "push_duration", "push_body"):
             if key in parsed and not pushing:
                 raise ValueError(f"randomization {key} needs push_force: [low, high] Newtons with high > 0")
+        if "com_body" in parsed and parsed.get("com_offset", (0.0, 0.0)) == (0.0, 0.0):
+            raise ValueError("randomization com_body needs com_offset: [low, high] metres, not [0, 0]")
         return cls(**parsed)
 
     @property
     def params_active(self) -> bool:
-        """Whether any model-parameter range differs from (1, 1)."""
-        return any(getattr(self, name) != (1.0, 1.0) for name in SCALED_PARAMS)
+        """Whether any model-parameter range differs from (1, 1), or the centre of mass moves."""
+        return any(getattr(self, name) != (1.0, 1.0) for name in SCALED_PARAMS) or self.moves_com
+
+    @property
+    def moves_com(self) -> bool:
+        """Whether the centre-of-mass offset is on."""
+        return self.com_offset != (0.0, 0.0)
 
     @property
     def pushes(self) -> bool:
@@ -102,7 +114,7 @@ class Randomization:
     @property
     def active(self) -> bool:
         """Whether any knob is on."""
-        return self.params_active or self.action_delay[1] > 0 or self.pushes or self.noisy
+        return self.params_active or self.action_delay[1] > 0 or self.pushes or self.noisy or self.moves_com
 
     @property
     def noisy(self) -> bool:
@@ -129,6 +141,11 @@ def _parse(key: str, value) -> tuple | float | int | str:
         if not _is_number(value) or not 0.0 <= float(value) < math.inf:
             raise ValueError(f"randomization {key}={value!r}: need a standard deviation >= 0")
         return float(value)
+    if key == "com_offset":
+        low, high = _pair(key, value, "low <= high (metres)")
+        if not low <= high:
+            raise ValueError(f"randomization {key}={value!r}: need low <= high (metres)")
+        return low, high
     if key == "push_force":
         low, high = _pair(key, value, "0 <= low <= high (Newtons)")
         if not 0.0 <= low <= high:
@@ -138,7 +155,7 @@ def _parse(key: str, value) -> tuple | float | int | str:
         if not (_is_number(value) and _is_integer(float(value)) and value >= 1):
             raise ValueError(f"randomization {key}={value!r}: need an integer >= 1 (steps)")
         return int(value)
-    if not isinstance(value, str) or not value:  # push_body
+    if not isinstance(value, str) or not value:  # push_body, com_body
         raise ValueError(f"randomization {key}={value!r}: need a body name")
     return value
 
@@ -160,14 +177,16 @@ def _pair(key: str, value, rule: str) -> tuple[float, float]:
     return low, high
 
 
-def push_body_id(config: Randomization, model: mujoco.MjModel) -> int:
-    """Index of ``config.push_body`` (default: body 1, the world's first child); ValueError naming the bodies."""
-    if config.push_body is None:
+def push_body_id(config: Randomization, model: mujoco.MjModel, key: str = "push_body") -> int:
+    """Index of ``config.push_body`` (or ``com_body``; default: body 1, the world's first child); ValueError naming
+    the bodies."""
+    name = getattr(config, key)
+    if name is None:
         return 1
     names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, i) for i in range(1, model.nbody)]
-    if config.push_body not in names:
-        raise ValueError(f"randomization push_body={config.push_body!r}: unknown body; allowed: {', '.join(names)}")
-    return names.index(config.push_body) + 1
+    if name not in names:
+        raise ValueError(f"randomization {key}={name!r}: unknown body; allowed: {', '.join(names)}")
+    return names.index(name) + 1
 
 
 class Randomizer:
@@ -175,8 +194,9 @@ class Randomizer:
 
     ``privileged()`` [N, P] float32 is made of these blocks, each present only when its knob is on, in order:
     ``body_mass`` scales [Bd - 1] (world body left out; inertia uses the same), ``geom_friction`` scales
-    [G * 3] (geom-major), ``dof_damping`` scales [V], ``actuator_gain`` (motor strength) scales [U], the action
-    delay in ticks [1], and 1.0 / 0.0 whether the next step is pushed [1]. P = 0 when no such knob is on.
+    [G * 3] (geom-major), ``dof_damping`` scales [V], ``actuator_gain`` (motor strength) scales [U], the
+    centre-of-mass offset [3] (m), the action delay in ticks [1], and 1.0 / 0.0 whether the next step is pushed
+    [1]. P = 0 when no such knob is on.
     """
 
     def __init__(
@@ -191,6 +211,8 @@ class Randomizer:
     ) -> None:
         self.config, self.device, self.num_envs = config, device, num_envs
         self.push_body = push_body_id(config, model) if config.pushes else None
+        self.com_body = push_body_id(config, model, "com_body") if config.moves_com else None
+        self.com_offset = torch.zeros(num_envs, 3, dtype=torch.float64)  # [N, 3] metres
         self.action_low, self.action_high = (bound.to(device, action_dtype) for bound in action_bounds)
         self.scales = {name: torch.ones(num_envs, *nominal[name].shape, dtype=torch.float64) for name in SCALED_PARAMS}
         self._scaled = [name for name in SCALED_PARAMS if getattr(config, name) != (1.0, 1.0)]
@@ -235,8 +257,16 @@ class Randomizer:
                 scale = low + (high - low) * torch.rand(rows.shape, generator=generator, dtype=torch.float64)
             self.scales[name][env_ids] = scale
             params[name] = rows * scale
-        self._scale_block[env_ids.to(self.device)] = self._scale_rows(env_ids)
+        gain_scale = self.scales["actuator_gain"][env_ids, :, None]  # [M, U, 1]: a servo's PD scales with its gain
         params["body_inertia"] = base["body_inertia"][env_ids] * self.scales["body_mass"][env_ids, :, None]
+        params["actuator_bias"] = base["actuator_bias"][env_ids] * gain_scale
+        params["body_ipos"] = base["body_ipos"][env_ids].clone()
+        if self.com_body is not None:
+            low, high = self.config.com_offset
+            offset = low + (high - low) * torch.rand(env_ids.numel(), 3, generator=generator, dtype=torch.float64)
+            self.com_offset[env_ids] = offset
+            params["body_ipos"][:, self.com_body] += offset
+        self._scale_block[env_ids.to(self.device)] = self._scale_rows(env_ids)
         return params
 
     def _scale_rows(self, env_ids: torch.Tensor) -> torch.Tensor:
@@ -245,6 +275,8 @@ class Randomizer:
         for name in self._scaled:  # the world body (0) has no mass to scale
             rows = self.scales[name][env_ids]
             parts.append(rows[:, 1:] if name == "body_mass" else rows.flatten(1))
+        if self.com_body is not None:
+            parts.append(self.com_offset[env_ids])
         return torch.cat(parts, dim=1).to(self.device, torch.float32)
 
     def reset_rows(self, env_ids: torch.Tensor, generator: torch.Generator) -> None:
@@ -322,6 +354,7 @@ class Randomizer:
         """Draws, delay buffer, push schedule and step generator (CPU tensors)."""
         state = {name: getattr(self, name).cpu().clone() for name in _STATE_TENSORS}
         state["scales"] = {name: value.clone() for name, value in self.scales.items()}
+        state["com_offset"] = self.com_offset.clone()
         return {**state, "pointer": self.pointer, "step_generator": self.step_generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -334,6 +367,8 @@ class Randomizer:
             target.copy_(state[name])
         for name, value in state["scales"].items():
             self.scales[name].copy_(value)
+        if "com_offset" in state:  # absent from checkpoints written before the knob existed
+            self.com_offset.copy_(state["com_offset"])
         self._scale_block = self._scale_rows(torch.arange(self.num_envs))
         self.pointer = int(state["pointer"])
         self.step_generator.set_state(state["step_generator"])

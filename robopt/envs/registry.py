@@ -7,6 +7,8 @@ Ids:
         A native task without a Gymnasium twin (``gymnasium_id=None``: the goal tasks) runs only on the native
         backends; ``auto`` never picks ``gymnasium`` for it.
     ``robopt/<Name>``: a torch-native batched task (``robopt.envs.multigoal``...); runs only on backend ``torch``.
+    ``robot``: a robot from its description and a task from terms (the config's ``robot`` and ``task`` sections,
+        passed as ``robot=`` and ``task=``; ``robopt.envs.robot``); runs on backend ``mujoco`` or ``mujoco_warp``.
     ``Isaac-<Task>``: an Isaac Lab task (``Isaac-Cartpole-Direct``...); runs only on backend ``isaaclab``, in the
         Isaac venv (``make isaac``; robopt.envs.isaaclab_env).
     Any Gymnasium id (``HalfCheetah-v5``, ``Pendulum-v1``...): backend ``gymnasium``.
@@ -21,6 +23,8 @@ import robopt.envs.tasks  # noqa: F401  (registers the native mujoco/<Task> ids)
 import robopt.llm.env  # noqa: F401  (registers robopt/Text)
 from robopt.core.protocols import VecEnv
 from robopt.envs.catalog import BACKENDS, NATIVE_TASKS, TORCH_TASKS, NativeTask
+
+ROBOT_ENV_ID = "robot"  # robopt.envs.robot.config.ROBOT_ENV_ID
 
 __all__ = ["BACKENDS", "NATIVE_TASKS", "TORCH_TASKS", "NativeTask", "gymnasium_twin", "list_env_ids", "make_env"]
 __all__ += ["resolve_backend"]
@@ -37,6 +41,12 @@ def resolve_backend(env_id: str, backend: str, device: str | torch.device, num_e
         raise ValueError(f"unknown env backend {backend!r}; allowed: {', '.join(BACKENDS)}")
     if env_id.startswith("robopt/"):
         return _torch_backend(env_id, backend)
+    if env_id == ROBOT_ENV_ID:
+        if backend == "auto":
+            return "mujoco_warp" if torch.device(device).type == "cuda" else "mujoco"
+        if backend not in ("mujoco", "mujoco_warp"):
+            raise ValueError(f"env.id={ROBOT_ENV_ID} runs on backend mujoco or mujoco_warp, not {backend!r}")
+        return backend
     if env_id.startswith("Isaac-"):
         if backend not in ("auto", "isaaclab"):
             raise ValueError(f"{env_id} is an Isaac Lab task; allowed backends: auto, isaaclab (not {backend!r})")
@@ -64,6 +74,8 @@ def gymnasium_twin(env_id: str) -> str:
     """
     if env_id.startswith("robopt/"):
         raise ValueError(f"{env_id} is a torch-native task with no Gymnasium twin; use backend 'torch'")
+    if env_id == ROBOT_ENV_ID:
+        raise ValueError("env.id=robot (a robot from its description) has no Gymnasium twin; use backend 'mujoco'")
     if not env_id.startswith("mujoco/"):
         return env_id
     if env_id not in NATIVE_TASKS:
@@ -79,6 +91,10 @@ def make_env(env_id: str, num_envs: int, backend: str = "auto", device: str | to
     backend = resolve_backend(env_id, backend, device, num_envs, bool(kwargs))
     if env_id.startswith("robopt/"):
         return TORCH_TASKS[env_id](num_envs=num_envs, device=device, **kwargs)
+    if env_id == ROBOT_ENV_ID:
+        from robopt.envs.robot.env import make_robot_env  # MjSpec edits and terms: built only when asked for
+
+        return make_robot_env(num_envs, backend=backend, device=device, **kwargs)
     if backend == "isaaclab":
         from robopt.envs.isaaclab_env import IsaacLabVecEnv
 

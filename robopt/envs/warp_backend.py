@@ -44,6 +44,8 @@ _BATCHED = (
     "geom_friction",
     "dof_damping",
     "actuator_gainprm",
+    "actuator_biasprm",
+    "body_ipos",
 )
 
 _announced = False
@@ -68,8 +70,17 @@ def _announce_kernels(wp, verbose: bool) -> None:
 
 
 _SAVED_DATA = ("time", "qpos", "qvel", "act", "ctrl", "qacc_warmstart", "xfrc_applied")  # what the next step reads
-_SAVED_PARAMS = ("body_mass", "body_inertia", "geom_friction", "dof_damping", "actuator_gainprm")  # set_const: rest
-_ADDED_LATER = ("xfrc_applied", "param_body_inertia")  # absent from older checkpoints: left as they are
+_SAVED_PARAMS = (  # set_const recomputes the rest
+    "body_mass",
+    "body_inertia",
+    "geom_friction",
+    "dof_damping",
+    "actuator_gainprm",
+    "actuator_biasprm",
+    "body_ipos",
+)
+# absent from older checkpoints: left as they are
+_ADDED_LATER = ("xfrc_applied", "param_body_inertia", "param_actuator_biasprm", "param_body_ipos")
 
 
 class WarpBackend:
@@ -193,6 +204,8 @@ class WarpBackend:
             value = value.to(self.device, torch.float32)
             if name == "actuator_gain":
                 wp.to_torch(self._m.actuator_gainprm)[ids, :, 0] = value
+            elif name == "actuator_bias":
+                wp.to_torch(self._m.actuator_biasprm)[ids, :, :3] = value
             else:
                 wp.to_torch(getattr(self._m, name))[ids] = value
         with self._scope():

@@ -47,6 +47,49 @@ class Task(Protocol):
         ...
 
 
+class ContextTask(Task, Protocol):
+    """A task with per-env state of its own (commands, last action, air time, observation history): the hooks
+    ``robopt.envs.native_env.NativeVecEnv`` calls, in this order within a step: physics, ``update_context``,
+    ``reward`` (pure: reads the context), ``advance``, ``observe``; and for rows that reset:
+    ``reset_state``, the simulator set, ``reset_context``, ``observe``. ``robopt.envs.robot.task.TermTask`` is one.
+    """
+
+    privileged_dim: int  # P of ``privileged`` (0: none)
+
+    def seed_steps(self, generator: torch.Generator) -> None:
+        """Seed the task's per-step generator (noise, command resampling) from one draw of the env's generator."""
+        ...
+
+    def update_context(self, state: dict[str, torch.Tensor], action: torch.Tensor) -> None:
+        """After the physics step, before the reward: the policy's action [N, A], contacts, timers."""
+        ...
+
+    def advance(self, state: dict[str, torch.Tensor]) -> None:
+        """After the reward, before the observation: new commands for rows whose interval ran out, the new
+        observation frame."""
+        ...
+
+    def reset_context(self, rows: torch.Tensor, state: dict[str, torch.Tensor], generator: torch.Generator) -> None:
+        """Rows [M] (on the physics device) start new episodes, their simulator state already set."""
+        ...
+
+    def privileged(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The critic's extra observation [N, P] (foot contacts, friction...)."""
+        ...
+
+    def log(self) -> dict[str, torch.Tensor]:
+        """Scalar statistics of the last step (0-dim tensors, no host sync), logged as ``env/<name>``."""
+        ...
+
+    def state_dict(self) -> dict:
+        """The context, for an exact resume."""
+        ...
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict``'s output."""
+        ...
+
+
 def init_state(model: mujoco.MjModel) -> tuple[torch.Tensor, torch.Tensor]:
     """Gymnasium's ``init_qpos`` (the model's qpos0) and ``init_qvel`` (zeros), float64 CPU."""
     return torch.tensor(model.qpos0, dtype=torch.float64), torch.zeros(model.nv, dtype=torch.float64)

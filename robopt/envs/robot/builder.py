@@ -1,0 +1,570 @@
+"""A robot's model from its description and the ``robot`` config: ``mujoco.MjSpec`` edits, then index tables.
+
+Shapes: A actuated joints, F feet, Q = nq.
+
+``build_robot`` loads the MJCF (or URDF), compiles it once as it is (MuJoCo's own errors: a missing mesh, a bad
+element), then edits the spec: physics options; the floor (unless the description has a ground plane, or
+``floor.type: none``); robopt's actuators on the actuated joints (unless the description's are kept); an IMU site
+and its sensors on a floating base; a site and sensors per foot; contact sensors for the bodies that terms watch;
+the end effector's pose sensors; a camera that follows the robot, a light and a grid texture for videos. The
+compiled model goes to the existing backends unchanged.
+
+Actuators (``action: joint_position``): a PD servo whose target is ``default + scale * action``, written as
+MuJoCo's affine actuator so that ctrl is the policy's action itself: force = kp * scale * ctrl + kp * default -
+kp * q - kd * qdot (gainprm[0] = kp * scale, biasprm[:3] = (kp * default, -kp, -kd)), clamped to +-effort, ctrl
+limited to the actions whose targets lie in the joint's range. MuJoCo evaluates it at every physics step
+(``implicitfast`` integrates the damping implicitly). ``joint_effort``: a motor, torque = scale * action, ctrl
+limited to +-effort / scale.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import torch
+
+from robopt.envs.robot.config import RobotConfig
+
+ASSETS = Path(__file__).parent / "assets"
+_INTEGRATORS = {"euler": "mjINT_EULER", "implicit": "mjINT_IMPLICIT", "implicitfast": "mjINT_IMPLICITFAST",
+                "rk4": "mjINT_RK4"}  # fmt: skip
+_SOLVERS = {"newton": "mjSOL_NEWTON", "cg": "mjSOL_CG", "pgs": "mjSOL_PGS"}
+_CONES = {"pyramidal": "mjCONE_PYRAMIDAL", "elliptic": "mjCONE_ELLIPTIC"}
+_CONTACT_FOUND, _CONTACT_FORCE, _REDUCE_NETFORCE = 1, 2, 3  # mjSENS_CONTACT's data bits and reduction
+
+
+def contact_key(bodies: tuple[str, ...]) -> str:
+    """The sensor-group name of a contact group (the regular expressions of its bodies)."""
+    return "contact:" + "|".join(bodies)
+
+
+@dataclass(frozen=True)
+class RobotModel:
+    """The compiled model and the index tables terms read through ``Signals`` (tensors on CPU)."""
+
+    model: mujoco.MjModel
+    name: str
+    joint_names: tuple[str, ...]
+    qpos_index: torch.Tensor  # [A] long
+    dof_index: torch.Tensor  # [A] long
+    actuator_index: torch.Tensor  # [A] long: the actuator driving each action
+    joint_range: torch.Tensor  # [A, 2] float64, +-inf where unlimited
+    default_pose: torch.Tensor  # [A] float64
+    action_type: str  # joint_position, joint_effort, or native (the description's own actuators)
+    action_scale: torch.Tensor  # [A]
+    action_offset: torch.Tensor  # [A]: target (or torque) = offset + scale * action
+    kp: torch.Tensor  # [A] (0 for effort or native)
+    kd: torch.Tensor  # [A]
+    effort: torch.Tensor  # [A] (0: unlimited)
+    control_dt: float
+    decimation: int
+    free_qpos: int  # qpos address of a floating base's free joint, -1 for a fixed base
+    free_dof: int
+    base_body: int
+    base_world_pos: torch.Tensor  # [3] (a fixed base's place in the world)
+    base_world_quat: torch.Tensor  # [4]
+    foot_names: tuple[str, ...]
+    foot_radius: torch.Tensor  # [F]
+    end_effector: str
+    sensors: dict[str, slice] = field(default_factory=dict)
+    init_qpos: torch.Tensor = None  # [Q] float64: the default pose at the reset height
+
+    @property
+    def num_feet(self) -> int:
+        return len(self.foot_names)
+
+    @property
+    def floating(self) -> bool:
+        return self.free_qpos >= 0
+
+
+def resolve_mjcf(path: str) -> Path:
+    """A file path for ``robot.mjcf``: a path, ``robopt:<name>`` (shipped) or ``menagerie:<dir>/<file>``."""
+    if not path:
+        raise ValueError("robot.mjcf is empty: give a path, robopt:<name> or menagerie:<dir>/<file>")
+    if path.startswith("robopt:"):
+        name = path[len("robopt:") :]
+        shipped = sorted(p.name for p in ASSETS.iterdir() if p.is_dir())
+        if name not in shipped:
+            raise ValueError(f"robot.mjcf={path!r}: no shipped robot {name!r}; shipped: {', '.join(shipped)}")
+        return ASSETS / name / f"{name}.xml"
+    if path.startswith("menagerie:"):
+        return _menagerie(path)
+    resolved = Path(path).expanduser()
+    if not resolved.is_file():
+        raise ValueError(f"robot.mjcf={path!r}: file not found")
+    return resolved
+
+
+def _menagerie(path: str) -> Path:
+    relative = path[len("menagerie:") :]
+    root = os.environ.get("MENAGERIE_ROOT")
+    if root:
+        candidate = Path(root) / relative
+        if not candidate.is_file():
+            raise ValueError(f"robot.mjcf={path!r}: {candidate} not found under MENAGERIE_ROOT={root}")
+        return candidate
+    try:
+        import mujoco_menagerie  # noqa: F401  (fetches models on first use; needs the network)
+    except ImportError:
+        raise ValueError(
+            f"robot.mjcf={path!r}: set MENAGERIE_ROOT to a local copy of mujoco_menagerie, or pip install "
+            "mujoco-menagerie (it downloads each robot on first use)"
+        ) from None
+    from mujoco_menagerie import get_model_path  # type: ignore[attr-defined]
+
+    try:
+        return Path(get_model_path(relative))
+    except Exception as error:  # noqa: BLE001  (the package's network or lookup failure: one line)
+        raise ValueError(f"robot.mjcf={path!r}: mujoco-menagerie could not provide it ({error})") from None
+
+
+def load_spec(path: Path) -> mujoco.MjSpec:
+    """Parse an MJCF or URDF file; MuJoCo's parse error as one line."""
+    try:
+        return mujoco.MjSpec.from_file(str(path))
+    except ValueError as error:
+        raise ValueError(f"robot.mjcf={str(path)!r}: MuJoCo cannot read it: {_first_line(error)}") from None
+
+
+def compile_spec(spec: mujoco.MjSpec, path: Path) -> mujoco.MjModel:
+    """Compile; MuJoCo's compile error (a missing mesh, a bad attribute) as one line."""
+    try:
+        return spec.compile()
+    except ValueError as error:
+        raise ValueError(f"robot.mjcf={str(path)!r}: MuJoCo cannot compile it: {_first_line(error)}") from None
+
+
+def _first_line(error: Exception) -> str:
+    text = " ".join(str(error).split())
+    return text.removeprefix("Error: ")
+
+
+def _names(model: mujoco.MjModel, kind: mujoco.mjtObj, count: int) -> list[str]:
+    return [mujoco.mj_id2name(model, kind, i) or "" for i in range(count)]
+
+
+def match_all(key: str, patterns, names: list[str], what: str) -> dict[str, list[int]]:
+    """Indices of ``names`` each regular expression fully matches; one that matches none is a ValueError."""
+    matched = {}
+    for pattern in patterns:
+        try:
+            regex = re.compile(pattern)
+        except re.error as error:
+            raise ValueError(f"{key}: {pattern!r} is not a regular expression ({error})") from None
+        hits = [i for i, name in enumerate(names) if name and regex.fullmatch(name)]
+        if not hits:
+            listed = ", ".join(name for name in names if name) or "(none named)"
+            plural = what[:-1] + "ies" if what.endswith("y") else what + "s"
+            raise ValueError(f"{key}: {pattern!r} matches no {what}; {plural}: {listed}")
+        matched[pattern] = hits
+    return matched
+
+
+_MOVABLE = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+
+
+def _movable(model: mujoco.MjModel, names: list[str]) -> list[str]:
+    """Joint names with '' for the joints an actuator cannot drive alone (free, ball)."""
+    return [name if int(model.jnt_type[i]) in _MOVABLE else "" for i, name in enumerate(names)]
+
+
+def _joint_settings(config: RobotConfig, model: mujoco.MjModel) -> tuple[list[int], dict[int, dict]]:
+    """The actuated joints (model order) and each one's settings; a joint matched twice is a ValueError."""
+    names = _names(model, mujoco.mjtObj.mjOBJ_JOINT, model.njnt)
+    movable = _movable(model, names)
+    matched = match_all("robot.joints", config.joints, movable, "hinge or slide joint")
+    settings: dict[int, dict] = {}
+    for pattern, hits in matched.items():
+        for joint in hits:
+            if joint in settings:
+                raise ValueError(f"robot.joints: joint {names[joint]!r} matches {settings[joint]['pattern']!r} "
+                                 f"and {pattern!r}; make the patterns disjoint")  # fmt: skip
+            settings[joint] = {**config.joints[pattern], "pattern": pattern}
+    return sorted(settings), settings
+
+
+def _default_pose(config: RobotConfig, model: mujoco.MjModel) -> np.ndarray:
+    """qpos0 with the joints of ``default_pose`` set; a value outside a limited joint's range is a ValueError."""
+    qpos = model.qpos0.copy()
+    names = _names(model, mujoco.mjtObj.mjOBJ_JOINT, model.njnt)
+    movable = _movable(model, names)
+    for pattern, hits in match_all("robot.default_pose", config.default_pose, movable, "hinge or slide joint").items():
+        value = float(config.default_pose[pattern])
+        for joint in hits:
+            low, high = model.jnt_range[joint]
+            if model.jnt_limited[joint] and not low <= value <= high:
+                raise ValueError(f"robot.default_pose: {names[joint]}={value} is outside its range "
+                                 f"[{low:.4g}, {high:.4g}]")  # fmt: skip
+            qpos[model.jnt_qposadr[joint]] = value
+    return qpos
+
+
+def _base(config: RobotConfig, model: mujoco.MjModel) -> int:
+    """The base body: ``robot.base`` or the world's first child."""
+    names = _names(model, mujoco.mjtObj.mjOBJ_BODY, model.nbody)
+    if not config.base:
+        children = [i for i in range(1, model.nbody) if model.body_parentid[i] == 0]
+        if not children:
+            raise ValueError("robot.mjcf: the model has no body under the world")
+        return children[0]
+    if config.base not in names[1:]:
+        raise ValueError(f"robot.base={config.base!r}: no such body; bodies: {', '.join(n for n in names[1:] if n)}")
+    return names.index(config.base)
+
+
+def _free_joint(model: mujoco.MjModel, base: int) -> int:
+    """The base's free joint id, or -1."""
+    for joint in range(model.njnt):
+        if model.jnt_bodyid[joint] == base and int(model.jnt_type[joint]) == int(mujoco.mjtJoint.mjJNT_FREE):
+            return joint
+    return -1
+
+
+def _set_options(spec: mujoco.MjSpec, config: RobotConfig) -> None:
+    sim = config.sim
+    spec.option.timestep = sim.timestep
+    spec.option.integrator = getattr(mujoco.mjtIntegrator, _INTEGRATORS[sim.integrator])
+    spec.option.solver = getattr(mujoco.mjtSolver, _SOLVERS[sim.solver])
+    spec.option.cone = getattr(mujoco.mjtCone, _CONES[sim.cone])
+    spec.option.iterations = sim.iterations
+    spec.option.ls_iterations = sim.ls_iterations
+
+
+def _add_floor(spec: mujoco.MjSpec, model: mujoco.MjModel, config: RobotConfig) -> str:
+    """The floor geom's name: the description's own ground plane, a new infinite plane, or '' for none."""
+    for geom in range(model.ngeom):
+        if model.geom_bodyid[geom] == 0 and int(model.geom_type[geom]) == int(mujoco.mjtGeom.mjGEOM_PLANE):
+            name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, geom)
+            if not name:
+                raise ValueError("robot.mjcf: the description's ground plane has no name; name it for the terms")
+            return name
+    if config.floor.type == "none":
+        return ""
+    spec.add_texture(name="robopt_grid", type=mujoco.mjtTexture.mjTEXTURE_2D,
+                     builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, rgb1=[0.22, 0.25, 0.29], rgb2=[0.32, 0.35, 0.39],
+                     width=512, height=512, mark=mujoco.mjtMark.mjMARK_EDGE, markrgb=[0.6, 0.6, 0.6])  # fmt: skip
+    spec.add_material(name="robopt_grid", texrepeat=[1, 1], reflectance=0.1).textures[
+        mujoco.mjtTextureRole.mjTEXROLE_RGB] = "robopt_grid"  # fmt: skip
+    friction = [config.floor.friction, 0.005, 0.0001]
+    spec.worldbody.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], friction=friction,
+                            material="robopt_grid", contype=1, conaffinity=1, condim=3)  # fmt: skip
+    spec.worldbody.add_light(name="robopt_light", pos=[0, 0, 4], dir=[0, 0, -1], diffuse=[0.6, 0.6, 0.6],
+                             castshadow=False, mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM)  # fmt: skip
+    return "floor"
+
+
+def _add_actuators(spec, model, config: RobotConfig, joints: list[int], settings: dict, qpos0: np.ndarray) -> dict:
+    """robopt's actuators on ``joints`` (see the module doc); returns their per-joint tables."""
+    for actuator in list(spec.actuators):
+        spec.delete(actuator)
+    table = {key: [] for key in ("scale", "offset", "kp", "kd", "effort")}
+    for joint in joints:
+        name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, joint)
+        entry, joint_spec = settings[joint], spec.joint(name)
+        for key in ("armature", "damping", "frictionloss"):
+            if key in entry:
+                setattr(joint_spec, key, float(entry[key]))
+        scale, effort = float(entry.get("scale", config.action_scale)), float(entry.get("effort", 0.0))
+        actuator = spec.add_actuator(name=f"{name}_actuator", target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT)
+        if config.action == "joint_position":
+            if "kp" not in entry:
+                raise ValueError(f"robot.joints.{entry['pattern']}: kp is required for action joint_position")
+            kp, kd, default = float(entry["kp"]), float(entry.get("kd", 0.0)), float(qpos0[model.jnt_qposadr[joint]])
+            actuator.gainprm = [kp * scale] + [0.0] * 9
+            actuator.biastype = mujoco.mjtBias.mjBIAS_AFFINE
+            actuator.biasprm = [kp * default, -kp, -kd] + [0.0] * 7
+            if model.jnt_limited[joint]:
+                low, high = model.jnt_range[joint]
+                actuator.ctrlrange = [(low - default) / scale, (high - default) / scale]
+                actuator.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
+            offset = default
+        else:
+            if effort <= 0:
+                raise ValueError(f"robot.joints.{entry['pattern']}: effort (N m) is required for action joint_effort")
+            kp = kd = offset = 0.0
+            actuator.gainprm = [scale] + [0.0] * 9
+            actuator.ctrlrange = [-effort / scale, effort / scale]
+            actuator.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
+        if effort > 0:
+            actuator.forcerange = [-effort, effort]
+            actuator.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
+        for key, value in zip(table, (scale, offset, kp, kd, effort), strict=True):
+            table[key].append(value)
+    return table
+
+
+def _native_actuators(model: mujoco.MjModel) -> tuple[list[int], dict]:
+    """The description's own actuators, kept: the joints they drive (actuator order); ctrl is the action."""
+    joints = []
+    for actuator in range(model.nu):
+        if int(model.actuator_trntype[actuator]) != int(mujoco.mjtTrn.mjTRN_JOINT):
+            raise ValueError("robot.actuators=auto keeps the description's actuators, but actuator "
+                             f"{actuator} does not drive a joint; use actuators: replace")  # fmt: skip
+        joints.append(int(model.actuator_trnid[actuator, 0]))
+    size = len(joints)
+    return joints, {"scale": [1.0] * size, "offset": [0.0] * size, "kp": [0.0] * size, "kd": [0.0] * size,
+                    "effort": [0.0] * size}  # fmt: skip
+
+
+class _Sensors:
+    """Sensors added in groups; after compiling, each group's slice of ``sensordata``."""
+
+    def __init__(self, spec: mujoco.MjSpec) -> None:
+        self.spec, self.groups = spec, {}
+
+    def add(self, group: str, kind: str, objtype: mujoco.mjtObj, objname: str, intprm=None, **ref) -> None:
+        name = f"robopt_{group}_{len(self.groups.get(group, []))}".replace(":", "_").replace("|", "_")
+        sensor = self.spec.add_sensor(name=name, type=getattr(mujoco.mjtSensor, kind), objtype=objtype,
+                                      objname=objname, **ref)  # fmt: skip
+        if intprm is not None:
+            sensor.intprm = list(intprm) + [0] * (len(sensor.intprm) - len(intprm))
+        self.groups.setdefault(group, []).append(name)
+
+    def slices(self, model: mujoco.MjModel) -> dict[str, slice]:
+        out = {}
+        for group, names in self.groups.items():
+            ids = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SENSOR, name) for name in names]
+            start = int(model.sensor_adr[ids[0]])
+            stop = int(model.sensor_adr[ids[-1]] + model.sensor_dim[ids[-1]])
+            assert stop - start == int(model.sensor_dim[ids].sum()), f"sensor group {group} is not contiguous"
+            out[group] = slice(start, stop)
+        return out
+
+
+def _site_on(spec: mujoco.MjSpec, model: mujoco.MjModel, body: int, name: str, pos=(0.0, 0.0, 0.0)) -> str:
+    body_name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, body)
+    spec.body(body_name).add_site(name=name, pos=list(pos), size=[0.005, 0.005, 0.005], group=4)
+    return name
+
+
+def _imu(spec, model, config: RobotConfig, base: int, sensors: _Sensors) -> None:
+    """An IMU (orientation, gyro, velocimeter) at ``robot.imu`` or a site added at the base's origin."""
+    sites = _names(model, mujoco.mjtObj.mjOBJ_SITE, model.nsite)
+    if config.imu:
+        if config.imu not in sites:
+            raise ValueError(
+                f"robot.imu={config.imu!r}: no such site; sites: {', '.join(s for s in sites if s) or '(none)'}"
+            )
+        site = config.imu
+    else:
+        site = _site_on(spec, model, base, "robopt_imu")
+    site_type = mujoco.mjtObj.mjOBJ_SITE
+    sensors.add("imu_quat", "mjSENS_FRAMEQUAT", site_type, site)
+    sensors.add("imu_gyro", "mjSENS_GYRO", site_type, site)
+    sensors.add("imu_linvel", "mjSENS_VELOCIMETER", site_type, site)
+
+
+def _feet(spec, model, config: RobotConfig, floor: str, sensors: _Sensors) -> tuple[list[str], list[float]]:
+    """A site, world position and velocity and a contact (found, net force) per foot geom or body."""
+    if not config.feet:
+        return [], []
+    geoms = _names(model, mujoco.mjtObj.mjOBJ_GEOM, model.ngeom)
+    bodies = _names(model, mujoco.mjtObj.mjOBJ_BODY, model.nbody)
+    names, radii, sites, kinds = [], [], [], []
+    for pattern in config.feet:
+        regex = re.compile(pattern)
+        geom_hits = [i for i, name in enumerate(geoms) if name and regex.fullmatch(name)]
+        body_hits = [i for i, name in enumerate(bodies) if name and i > 0 and regex.fullmatch(name)]
+        if not geom_hits and not body_hits:
+            listed = ", ".join(n for n in geoms if n) or "(none named)"
+            raise ValueError(f"robot.feet: {pattern!r} matches no geom or body; geoms: {listed}")
+        for index in geom_hits or body_hits:
+            if geom_hits:
+                name, objtype = geoms[index], mujoco.mjtObj.mjOBJ_GEOM
+                body, pos = int(model.geom_bodyid[index]), model.geom_pos[index]
+                sphere_like = int(model.geom_type[index]) in (
+                    int(mujoco.mjtGeom.mjGEOM_SPHERE),
+                    int(mujoco.mjtGeom.mjGEOM_CAPSULE),
+                )
+                radii.append(float(model.geom_size[index, 0]) if sphere_like else 0.0)
+            else:
+                name, objtype, body, pos = bodies[index], mujoco.mjtObj.mjOBJ_BODY, index, (0.0, 0.0, 0.0)
+                radii.append(0.0)
+            sites.append(_site_on(spec, model, body, f"robopt_foot_{len(names)}", pos))
+            names.append(name)
+            kinds.append(objtype)
+    for site in sites:  # each group's sensors side by side in sensordata
+        sensors.add("feet_pos", "mjSENS_FRAMEPOS", mujoco.mjtObj.mjOBJ_SITE, site)
+    for site in sites:
+        sensors.add("feet_vel", "mjSENS_FRAMELINVEL", mujoco.mjtObj.mjOBJ_SITE, site)
+    ref = {"reftype": mujoco.mjtObj.mjOBJ_GEOM, "refname": floor} if floor else {}
+    for name, objtype in zip(names, kinds, strict=True):
+        sensors.add("feet_contact", "mjSENS_CONTACT", objtype, name,
+                    (_CONTACT_FOUND | _CONTACT_FORCE, _REDUCE_NETFORCE, 1), **ref)  # fmt: skip
+    return names, radii
+
+
+def _contact_groups(spec, model, groups, feet: list[str], sensors: _Sensors) -> None:
+    """One contact sensor (number of contacts) per colliding geom of the bodies of each group (body regular
+    expressions), the feet left out: a foot geom inside a calf body touches the floor at every step."""
+    bodies = _names(model, mujoco.mjtObj.mjOBJ_BODY, model.nbody)
+    geoms = _names(model, mujoco.mjtObj.mjOBJ_GEOM, model.ngeom)
+    for group, key in groups.items():
+        hits = match_all(key, group, [name if i > 0 else "" for i, name in enumerate(bodies)], "body")
+        matched = {index for indices in hits.values() for index in indices}
+        for geom in range(model.ngeom):
+            colliding = model.geom_contype[geom] or model.geom_conaffinity[geom]
+            if model.geom_bodyid[geom] not in matched or not colliding or (geoms[geom] and geoms[geom] in feet):
+                continue
+            name = geoms[geom] or _name_geom(spec, model, geom)
+            sensors.add(contact_key(tuple(group)), "mjSENS_CONTACT", mujoco.mjtObj.mjOBJ_GEOM, name,
+                        (_CONTACT_FOUND, 0, 1))  # fmt: skip
+        if contact_key(tuple(group)) not in sensors.groups:
+            raise ValueError(f"{key}: bodies {list(group)} have no colliding geoms besides the feet")
+
+
+def _name_geom(spec, model, geom: int) -> str:
+    """Name an unnamed geom of the spec (the spec's geoms are in the model's order) so a sensor can refer to it."""
+    name = f"robopt_geom_{geom}"
+    spec.geoms[geom].name = name
+    return name
+
+
+def _end_effector(spec, model, config: RobotConfig, sensors: _Sensors) -> None:
+    """World position and orientation of ``robot.end_effector`` (a site, or a body's origin)."""
+    sites = _names(model, mujoco.mjtObj.mjOBJ_SITE, model.nsite)
+    bodies = _names(model, mujoco.mjtObj.mjOBJ_BODY, model.nbody)
+    name = config.end_effector
+    if name in sites:
+        site = name
+    elif name in bodies[1:]:
+        site = _site_on(spec, model, bodies.index(name), "robopt_end_effector")
+    else:
+        raise ValueError(f"robot.end_effector={name!r}: no such site or body; sites: "
+                         f"{', '.join(s for s in sites if s) or '(none)'}")  # fmt: skip
+    sensors.add("ee_pos", "mjSENS_FRAMEPOS", mujoco.mjtObj.mjOBJ_SITE, site)
+    sensors.add("ee_quat", "mjSENS_FRAMEQUAT", mujoco.mjtObj.mjOBJ_SITE, site)
+
+
+def _camera(spec, model, base: int, floating: bool) -> None:
+    """A ``track`` camera on the base (following its centre of mass when it walks), unless the model has one."""
+    if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, "track") >= 0:
+        return
+    extent = max(float(model.stat.extent), 0.3)
+    name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, base)
+    mode = mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM if floating else mujoco.mjtCamLight.mjCAMLIGHT_FIXED
+    body = spec.body(name) if floating else spec.worldbody
+    offset = np.array([0.6, -2.2, 0.9]) * extent  # ahead, to the right and above: looks back at the robot
+    z_axis = offset / np.linalg.norm(offset)  # a camera looks along its -z
+    x_axis = np.cross([0.0, 0.0, 1.0], z_axis)
+    x_axis /= np.linalg.norm(x_axis)
+    y_axis = np.cross(z_axis, x_axis)
+    body.add_camera(name="track", mode=mode, pos=list(offset), xyaxes=[*x_axis, *y_axis])
+
+
+def build_robot(config: RobotConfig, contact_groups: dict | None = None, end_effector: bool = False) -> RobotModel:
+    """Compile the robot of ``config`` with what its task reads; ValueError (one line, naming the key) on bad input.
+
+    ``contact_groups``: tuples of body regular expressions whose contacts terms count -> the config key that named
+    them (for messages); ``end_effector``: add the end effector's sensors (pose terms need ``robot.end_effector``).
+    """
+    path = resolve_mjcf(config.mjcf)
+    spec = load_spec(path)
+    model = compile_spec(spec, path)  # as written: MuJoCo's own errors first
+    base = _base(config, model)
+    free_joint = _free_joint(model, base)
+    qpos0 = _default_pose(config, model)
+    if config.actuators == "auto" and model.nu > 0:
+        if config.joints:
+            raise ValueError("robot.joints sets gains, but the description has its own actuators (kept with "
+                             "actuators: auto); use actuators: replace to drive the joints with robopt's")  # fmt: skip
+        joints, table = _native_actuators(model)
+        action_type = "native"
+    else:
+        if not config.joints:
+            raise ValueError("robot.joints is empty: name the actuated joints (regular expression -> {kp, kd, effort})")
+        joints, settings = _joint_settings(config, model)
+        table = _add_actuators(spec, model, config, joints, settings, qpos0)
+        action_type = config.action
+    _set_options(spec, config)
+    floor = _add_floor(spec, model, config)
+    sensors = _Sensors(spec)
+    if free_joint >= 0:
+        _imu(spec, model, config, base, sensors)
+    foot_names, foot_radius = _feet(spec, model, config, floor, sensors)
+    _contact_groups(spec, model, contact_groups or {}, foot_names, sensors)
+    if end_effector or config.end_effector:
+        if not config.end_effector:
+            raise ValueError("the task's pose terms need robot.end_effector (a site or body of the arm's tip)")
+        _end_effector(spec, model, config, sensors)
+    if config.gravity_compensation:
+        for body in spec.bodies[1:]:
+            body.gravcomp = 1.0
+    _camera(spec, model, base, free_joint >= 0)
+    compiled = compile_spec(spec, path)
+    return _tables(config, compiled, model, path, joints, table, action_type, base, free_joint, qpos0,
+                   foot_names, foot_radius, sensors.slices(compiled))  # fmt: skip
+
+
+def _tables(
+    config,
+    compiled,
+    original,
+    path,
+    joints,
+    table,
+    action_type,
+    base,
+    free_joint,
+    qpos0,
+    foot_names,
+    foot_radius,
+    sensors,
+) -> RobotModel:
+    """The index tables of the compiled model (joint and body ids are those of the description: edits only add)."""
+    joint_names = tuple(mujoco.mj_id2name(original, mujoco.mjtObj.mjOBJ_JOINT, j) for j in joints)
+    ids = [mujoco.mj_name2id(compiled, mujoco.mjtObj.mjOBJ_JOINT, name) for name in joint_names]
+    limited = compiled.jnt_limited[ids].astype(bool)
+    joint_range = torch.tensor(np.where(limited[:, None], compiled.jnt_range[ids], [[-np.inf, np.inf]]))
+    actuator_of = {int(compiled.actuator_trnid[a, 0]): a for a in range(compiled.nu)}
+    qpos_index = torch.tensor(compiled.jnt_qposadr[ids], dtype=torch.long)
+    init = torch.tensor(qpos0, dtype=torch.float64)
+    free_qpos = int(compiled.jnt_qposadr[free_joint]) if free_joint >= 0 else -1
+    if free_qpos >= 0:
+        quat = init[free_qpos + 3 : free_qpos + 7]
+        init[free_qpos + 3 : free_qpos + 7] = quat / quat.norm()
+        init[free_qpos + 2] = config.base_height or _standing_height(compiled, init, free_qpos, foot_names)
+    data = mujoco.MjData(compiled)
+    mujoco.mj_kinematics(compiled, data)
+    as_tensor = lambda values: torch.tensor(values, dtype=torch.float64)  # noqa: E731
+    return RobotModel(
+        model=compiled, name=path.stem, joint_names=joint_names, qpos_index=qpos_index,
+        dof_index=torch.tensor(compiled.jnt_dofadr[ids], dtype=torch.long),
+        actuator_index=torch.tensor([actuator_of[j] for j in ids], dtype=torch.long), joint_range=joint_range,
+        default_pose=init[qpos_index].clone(), action_type=action_type, action_scale=as_tensor(table["scale"]),
+        action_offset=as_tensor(table["offset"]), kp=as_tensor(table["kp"]), kd=as_tensor(table["kd"]),
+        effort=as_tensor(table["effort"]), control_dt=config.sim.timestep * config.sim.decimation,
+        decimation=config.sim.decimation, free_qpos=free_qpos,
+        free_dof=int(compiled.jnt_dofadr[free_joint]) if free_joint >= 0 else -1, base_body=base,
+        base_world_pos=torch.tensor(data.xpos[base].copy()), base_world_quat=torch.tensor(data.xquat[base].copy()),
+        foot_names=tuple(foot_names), foot_radius=as_tensor(foot_radius), end_effector=config.end_effector,
+        sensors=sensors, init_qpos=init,
+    )  # fmt: skip
+
+
+def _standing_height(model: mujoco.MjModel, qpos: torch.Tensor, free_qpos: int, foot_names) -> float:
+    """The base height that puts the lowest foot (or, without feet, the lowest collision geom) on z = 0."""
+    data = mujoco.MjData(model)
+    data.qpos[:] = qpos.numpy()
+    data.qpos[free_qpos + 2] = 0.0
+    mujoco.mj_kinematics(model, data)
+    floor_like = [g for g in range(model.ngeom) if model.geom_bodyid[g] == 0]
+    if foot_names:
+        sites = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, f"robopt_foot_{i}") for i in range(len(foot_names))]
+        geoms = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, name) for name in foot_names]
+        radius = [float(model.geom_size[g, 0]) if g >= 0 else 0.0 for g in geoms]
+        lowest = min(data.site_xpos[s, 2] - r for s, r in zip(sites, radius, strict=True))
+    else:
+        colliding = [
+            g for g in range(model.ngeom) if g not in floor_like and model.geom_contype[g] | model.geom_conaffinity[g]
+        ]
+        if not colliding:
+            return float(qpos[free_qpos + 2])
+        lowest = min(data.geom_xpos[g, 2] - model.geom_rbound[g] for g in colliding)
+    return float(-lowest) + 1e-3

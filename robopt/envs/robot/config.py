@@ -1,0 +1,170 @@
+"""The ``robot`` and ``task`` config sections (``env.id: robot``), checked when a config is loaded.
+
+What can be checked without the model is checked here (unknown keys and terms, weights that are not numbers,
+decimation 0, hooks that cannot be imported); what needs the model (joint and body names, ranges, meshes) is
+checked by ``robopt.envs.robot.builder`` when the env is built. Both give one line naming the key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Real
+
+from robopt.config import ConfigError, Section, register_section
+from robopt.envs.robot.commands import parse_command
+from robopt.envs.robot.library import REGISTRY
+from robopt.envs.robot.terms import parse_terms
+from robopt.options import option
+
+ROBOT_ENV_ID = "robot"
+JOINT_KEYS = ("kp", "kd", "effort", "armature", "damping", "frictionloss", "scale")
+RESET_KEYS = ("joint_pos", "base_yaw", "base_xy", "base_velocity")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    timestep: float = option(0.005, "physics timestep (s)")
+    decimation: int = option(4, "physics steps per control step: the policy acts every timestep * decimation s")
+    integrator: str = option("implicitfast", "MuJoCo integrator", ("euler", "implicit", "implicitfast", "rk4"))
+    solver: str = option("newton", "constraint solver", ("newton", "cg", "pgs"))
+    iterations: int = option(10, "solver iterations per step")
+    ls_iterations: int = option(20, "line-search iterations per solver iteration")
+    cone: str = option("pyramidal", "friction cone", ("pyramidal", "elliptic"))
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.timestep, float) and 0.0 < self.timestep < math.inf):
+            raise ValueError(f"sim.timestep must be a positive number of seconds, got {self.timestep!r}")
+        if self.decimation < 1:
+            raise ValueError(
+                f"sim.decimation must be an integer >= 1 (physics steps per action), got {self.decimation}"
+            )
+        if self.iterations < 1 or self.ls_iterations < 1:
+            raise ValueError(f"sim.iterations and sim.ls_iterations must be >= 1, got {self.iterations}, "
+                             f"{self.ls_iterations}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FloorConfig:
+    type: str = option(
+        "plane", "ground added to the model: an infinite flat 'plane' at z = 0, or 'none' (the description's own "
+        "ground, or a fixed-base arm)", ("plane", "none"),
+    )  # fmt: skip
+    friction: float = option(1.0, "the floor's sliding friction (MuJoCo takes the larger of the two geoms')")
+
+
+@dataclass(frozen=True)
+class RobotConfig:
+    mjcf: str = option(
+        "", "the robot's MJCF (or URDF) file: a path, 'robopt:<name>' for a shipped robot (robopt:quadruped, "
+        "robopt:arm), or 'menagerie:<dir>/<file>' from MuJoCo Menagerie (MENAGERIE_ROOT or the mujoco-menagerie "
+        "package)",
+    )  # fmt: skip
+    joints: dict = option(
+        {}, "actuated joints: regular expression (full match) -> {kp, kd, effort, armature, damping, frictionloss, "
+        "scale}; the action follows the model's joint order",
+    )  # fmt: skip
+    default_pose: dict = option({}, "joint regular expression -> default position (rad); others keep the model's")
+    action: str = option(
+        "joint_position", "joint_position: PD targets default + scale * action; joint_effort: torques scale * action",
+        ("joint_position", "joint_effort"),
+    )  # fmt: skip
+    action_scale: float = option(0.25, "the action's scale (rad, or N m for joint_effort); a joint's `scale` wins")
+    actuators: str = option(
+        "auto", "auto: keep a description's own actuators, add robopt's PD (or torque) actuators when it has none; "
+        "replace: drop the description's and add robopt's", ("auto", "replace"),
+    )  # fmt: skip
+    base: str = option("", "the base body ('' = the world's first child body)")
+    base_height: float = option(0.0, "a floating base's height at reset (m); 0 puts the feet on the floor")
+    imu: str = option("", "the IMU site on the base ('' = a site added at the base body's origin)")
+    feet: tuple[str, ...] = option((), "foot geoms or bodies (regular expressions, full match)")
+    end_effector: str = option("", "an arm's end-effector site or body (for pose commands and terms)")
+    gravity_compensation: bool = option(False, "cancel gravity on the robot's bodies (an arm's controller does)")
+    sim: SimConfig = option(SimConfig(), "physics timestep, decimation and solver")
+    floor: FloorConfig = option(FloorConfig(), "the ground added under the robot")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.base_height, float) or self.base_height < 0:
+            raise ValueError(f"base_height must be a number >= 0 (m), got {self.base_height!r}")
+        if self.action_scale <= 0:
+            raise ValueError(f"action_scale must be > 0, got {self.action_scale!r}")
+        for pattern, entry in self.joints.items():
+            if not isinstance(entry, dict):
+                raise ValueError(f"joints.{pattern}: expected a mapping of {', '.join(JOINT_KEYS)}, got {entry!r}")
+            for key, value in entry.items():
+                if key not in JOINT_KEYS:
+                    raise ValueError(f"joints.{pattern}.{key}: unknown key; allowed: {', '.join(JOINT_KEYS)}")
+                if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= value < math.inf:
+                    raise ValueError(f"joints.{pattern}.{key}: expected a number >= 0, got {value!r}")
+        for pattern, value in self.default_pose.items():
+            if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+                raise ValueError(f"default_pose.{pattern}: expected a number (rad), got {value!r}")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    episode_s: float = option(20.0, "episode length (s): truncated (and bootstrapped) after it")
+    commands: dict = option(
+        {}, "command generator: {type: velocity, lin_vel_x: [lo, hi], lin_vel_y, ang_vel_z, resample_s: [lo, hi], "
+        "standing: share} or {type: pose, x, y, z, roll, pitch, yaw, resample_s}",
+    )  # fmt: skip
+    observations: dict = option({}, "policy observation terms in order: name -> {scale, noise, bias, clip, params}")
+    critic: dict = option({}, "privileged observation terms only the critic sees (with critic.privileged: true)")
+    rewards: dict = option({}, "reward terms: name -> {weight, params}; reward = sum(weight * term) * control period")
+    terminations: dict = option({}, "termination terms: name -> {params}; the time limit truncates instead")
+    reset: dict = option(
+        {}, "reset spread: joint_pos [lo, hi] (rad, added), base_yaw (rad, +-), base_xy (m, +-), base_velocity "
+        "(m/s and rad/s, +-)",
+    )  # fmt: skip
+    history: int = option(1, "observations of the last K control steps, stacked oldest first")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.episode_s, float) or not 0 < self.episode_s < math.inf:
+            raise ValueError(f"episode_s must be a positive number of seconds, got {self.episode_s!r}")
+        if self.history < 1:
+            raise ValueError(f"history must be an integer >= 1 (control steps), got {self.history}")
+        parse_task_terms(self)
+        parse_command(self.commands)
+        for key, value in self.reset.items():
+            if key not in RESET_KEYS:
+                raise ValueError(f"reset.{key}: unknown key; allowed: {', '.join(RESET_KEYS)}")
+            if key == "joint_pos":
+                ok = isinstance(value, (list, tuple)) and len(value) == 2 and all(_finite(v) for v in value)
+                if not ok or value[0] > value[1]:
+                    raise ValueError(f"reset.joint_pos: expected [low, high] (rad) with low <= high, got {value!r}")
+            elif not _finite(value) or value < 0:
+                raise ValueError(f"reset.{key}: expected a number >= 0, got {value!r}")
+
+
+def _finite(value) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def parse_task_terms(task: TaskConfig) -> dict:
+    """The parsed terms of a task by section (observations, critic, rewards, terminations); ValueError on a bad one.
+
+    Keys in messages are relative to the ``task`` section (the config layer adds ``task.``).
+    """
+    return {
+        "observations": parse_terms("observation", "observations", task.observations, REGISTRY["observation"]),
+        "critic": parse_terms("observation", "critic", task.critic, REGISTRY["observation"]),
+        "rewards": parse_terms("reward", "rewards", task.rewards, REGISTRY["reward"]),
+        "terminations": parse_terms("termination", "terminations", task.terminations, REGISTRY["termination"]),
+    }
+
+
+def robot_env_options(config) -> dict:
+    """``robot=`` and ``task=`` for the env of ``env.id: robot``; a robot or task given to another env is an error."""
+    robot, task = config.robot, config.task
+    if config.env.id != ROBOT_ENV_ID:
+        if robot.mjcf or task != TaskConfig():
+            raise ConfigError(f"the robot and task sections build env.id: {ROBOT_ENV_ID}, not env.id={config.env.id!r}")
+        return {}
+    if not robot.mjcf:
+        raise ConfigError(f"env.id: {ROBOT_ENV_ID} needs robot.mjcf (a path, robopt:<name> or menagerie:<dir>/<file>)")
+    return {"robot": robot, "task": task}
+
+
+register_section(Section("robot", "a robot from its description (env.id: robot)", config_cls=RobotConfig,
+                         env_options=robot_env_options))  # fmt: skip
+register_section(Section("task", "a task from terms for the robot (env.id: robot)", config_cls=TaskConfig))

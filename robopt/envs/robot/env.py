@@ -1,0 +1,71 @@
+"""``make_robot_env``: the native batched env of ``env.id: robot`` from the ``robot`` and ``task`` sections."""
+
+from __future__ import annotations
+
+import torch
+
+from robopt.config import build_dataclass
+from robopt.envs.native_env import NativeVecEnv, make_physics, pop_backend_options
+from robopt.envs.robot.builder import RobotModel, build_robot
+from robopt.envs.robot.config import ROBOT_ENV_ID, RobotConfig, TaskConfig, parse_task_terms
+from robopt.envs.robot.task import TermTask
+
+ENV_OPTIONS = ("seed", "randomization", "max_episode_steps")
+
+
+def contact_groups(task: TaskConfig) -> dict[tuple[str, ...], str]:
+    """The body groups (regular-expression tuples) whose contacts the task's terms count -> the key naming them."""
+    groups: dict[tuple[str, ...], str] = {}
+    for section, terms in parse_task_terms(task).items():
+        for term in terms:
+            bodies = term.params.get("bodies")
+            if bodies is None:
+                continue
+            key = f"task.{section}.{term.name}.bodies"
+            if isinstance(bodies, str) or not isinstance(bodies, (list, tuple)) or not bodies:
+                raise ValueError(f"{key}: expected a list of body regular expressions, got {bodies!r}")
+            groups.setdefault(tuple(str(b) for b in bodies), key)
+    return groups
+
+
+def needs_end_effector(task: TaskConfig) -> bool:
+    return any("end_effector" in term.requires for terms in parse_task_terms(task).values() for term in terms)
+
+
+def build_robot_model(robot: RobotConfig, task: TaskConfig) -> RobotModel:
+    """The robot compiled with the sensors its task's terms read."""
+    return build_robot(robot, contact_groups(task), needs_end_effector(task))
+
+
+def make_robot_env(
+    num_envs: int,
+    backend: str = "mujoco",
+    device: str | torch.device = "cpu",
+    robot: RobotConfig | dict | None = None,
+    task: TaskConfig | dict | None = None,
+    **kwargs,
+) -> NativeVecEnv:
+    """N copies of the robot running the task on ``backend`` ('mujoco' or 'mujoco_warp').
+
+    ``robot`` and ``task`` are the config sections (dataclasses, or mappings checked like a config file's). Keyword
+    options: ``seed``, ``randomization`` (``robopt.envs.randomization``), ``max_episode_steps`` (default
+    ``task.episode_s`` over the control period), and the backend's own (``num_threads``; ``nconmax``, ``graph``...).
+    """
+    robot = robot if isinstance(robot, RobotConfig) else build_dataclass(RobotConfig, robot, "robot.")
+    task = task if isinstance(task, TaskConfig) else build_dataclass(TaskConfig, task, "task.")
+    options = {key: kwargs.pop(key) for key in ENV_OPTIONS if key in kwargs}
+    backend_options = pop_backend_options(ROBOT_ENV_ID, backend, kwargs)
+    if kwargs:
+        allowed = ", ".join((*ENV_OPTIONS, *backend_options))
+        raise ValueError(f"unknown env.kwargs {', '.join(sorted(kwargs))} for a robot env; allowed: {allowed}")
+    model = build_robot_model(robot, task)
+    physics_device = torch.device("cpu") if backend == "mujoco" else torch.device(device)
+    dtype = torch.float64 if backend == "mujoco" else torch.float32
+    term_task = TermTask(model, task, num_envs, physics_device, dtype)
+    physics = make_physics(model.model, backend, num_envs, term_task.fields, device, backend_options, ROBOT_ENV_ID)
+    try:
+        term_task.bind(physics.state())
+        return NativeVecEnv(term_task, physics, ROBOT_ENV_ID, device=device, **options)
+    except BaseException:
+        physics.close()
+        raise

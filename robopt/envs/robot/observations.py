@@ -1,0 +1,119 @@
+"""Observation terms: ``fn(signals, **params) -> [N, d]`` (see ``robopt.envs.robot.terms``).
+
+Shapes: N envs, A actuated joints, F feet. The task scales each term, adds its noise and bias, clips, and
+concatenates the terms in the order of ``task.observations``. Privileged terms for the critic (``task.critic``)
+come from this same table.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from robopt.envs.robot.signals import Signals, quat_conjugate, quat_multiply, quat_rotate_inverse
+from robopt.envs.robot.terms import term
+
+
+@term("observation", requires=("floating",))
+def base_lin_vel(s: Signals) -> torch.Tensor:
+    """Linear velocity of the base in its own (IMU) frame [N, 3] (m/s)."""
+    return s.base_lin_vel
+
+
+@term("observation", requires=("floating",))
+def base_ang_vel(s: Signals) -> torch.Tensor:
+    """Angular velocity of the base in its own (IMU) frame [N, 3] (rad/s): a gyro's reading."""
+    return s.base_ang_vel
+
+
+@term("observation", requires=("floating",))
+def projected_gravity(s: Signals) -> torch.Tensor:
+    """Unit gravity vector in the base (IMU) frame [N, 3]: (0, 0, -1) when level."""
+    return s.projected_gravity
+
+
+@term("observation", requires=("floating",))
+def base_height(s: Signals) -> torch.Tensor:
+    """Height of the base above the floor [N, 1] (m); a privileged term (a robot rarely measures it)."""
+    return s.base_height[:, None]
+
+
+@term("observation")
+def joint_pos(s: Signals) -> torch.Tensor:
+    """Joint positions relative to the default pose [N, A] (rad)."""
+    return s.joint_pos - s.default_pose
+
+
+@term("observation")
+def joint_vel(s: Signals) -> torch.Tensor:
+    """Joint velocities [N, A] (rad/s)."""
+    return s.joint_vel
+
+
+@term("observation")
+def joint_torque(s: Signals) -> torch.Tensor:
+    """Actuator torques [N, A] (N m)."""
+    return s.joint_torque
+
+
+@term("observation")
+def last_action(s: Signals) -> torch.Tensor:
+    """The policy's previous action [N, A] (clipped to the action bounds; zeros at an episode's start)."""
+    return s.action
+
+
+@term("observation", requires=("velocity",))
+def velocity_command(s: Signals) -> torch.Tensor:
+    """The velocity command [N, 3]: forward (m/s), lateral (m/s), yaw rate (rad/s), in the base's heading frame."""
+    return s.command
+
+
+@term("observation", requires=("pose",))
+def pose_command(s: Signals) -> torch.Tensor:
+    """The target pose of the end effector in the base frame [N, 7]: position (m), quaternion (w, x, y, z)."""
+    return s.command
+
+
+@term("observation", requires=("end_effector",))
+def ee_pose(s: Signals) -> torch.Tensor:
+    """The end effector's pose in the base frame [N, 7]: position (m), quaternion (w, x, y, z), w >= 0."""
+    quat = s.ee_quat_base
+    return torch.cat([s.ee_pos_base, torch.where(quat[:, :1] < 0, -quat, quat)], dim=1)
+
+
+@term("observation", requires=("end_effector", "pose"))
+def ee_pose_error(s: Signals) -> torch.Tensor:
+    """Target minus end effector [N, 6]: position error in the base frame (m) and the rotation error as an axis
+    times angle in the end effector's frame (rad)."""
+    position = s.command[:, :3] - s.ee_pos_base
+    error = quat_multiply(quat_conjugate(s.ee_quat_base), s.command[:, 3:7])  # ee -> target, ee frame
+    error = torch.where(error[:, :1] < 0, -error, error)  # the short way round
+    vector = error[:, 1:]
+    sine = vector.norm(dim=1, keepdim=True)
+    angle = 2.0 * torch.atan2(sine, error[:, :1])
+    axis_angle = torch.where(sine > 1e-9, vector / sine.clamp(min=1e-12) * angle, 2.0 * vector)
+    return torch.cat([position, axis_angle], dim=1)
+
+
+@term("observation", requires=("feet",))
+def feet_contact(s: Signals) -> torch.Tensor:
+    """1.0 for each foot on the ground, else 0.0 [N, F] (privileged)."""
+    return s.feet_contact.to(s.feet_force.dtype)
+
+
+@term("observation", requires=("feet",))
+def feet_force(s: Signals) -> torch.Tensor:
+    """Contact force on each foot [N, F] (N; privileged)."""
+    return s.feet_force
+
+
+@term("observation", requires=("feet",))
+def feet_height(s: Signals) -> torch.Tensor:
+    """Height of each foot's lowest point above the floor [N, F] (m; privileged)."""
+    return s.feet_height
+
+
+@term("observation", requires=("feet", "floating"))
+def feet_vel(s: Signals) -> torch.Tensor:
+    """Foot velocities in the base frame [N, F * 3] (m/s; privileged)."""
+    quat = s.base_quat[:, None, :].expand(-1, s.feet_vel.shape[1], -1)
+    return quat_rotate_inverse(quat, s.feet_vel).flatten(1)
