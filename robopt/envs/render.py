@@ -116,6 +116,24 @@ def _mjv_camera(view: CameraView, model: mujoco.MjModel) -> mujoco.MjvCamera | s
     return camera
 
 
+def endless_ground(model: mujoco.MjModel) -> None:
+    """Draw the world's ground planes without an edge, in place (a render-only copy of the model).
+
+    MuJoCo collides with a plane over its whole infinite extent but draws only its ``size``: Gymnasium's
+    HalfCheetah floor ends 40 m out, and a fast cheetah ran off it into grey space after about 8 s. Size 0 draws
+    a plane to the horizon; its checker texture keeps its size in metres (``texuniform``, repeats per metre).
+    """
+    for geom in range(model.ngeom):
+        if model.geom_bodyid[geom] != 0 or model.geom_type[geom] != mujoco.mjtGeom.mjGEOM_PLANE:
+            continue
+        half = model.geom_size[geom, :2].copy()
+        material = model.geom_matid[geom]
+        if material >= 0 and not model.mat_texuniform[material] and (half > 0).all():
+            model.mat_texrepeat[material] = model.mat_texrepeat[material] / (2.0 * half)
+            model.mat_texuniform[material] = 1
+        model.geom_size[geom, :2] = 0.0
+
+
 class NativeRowRenderer:
     """Renders one row of a ``NativeVecEnv`` through a host ``MjData`` and ``mujoco.Renderer``.
 
@@ -140,6 +158,7 @@ class NativeRowRenderer:
         model = copy.copy(env.physics.mj_model)  # the backend's model stays untouched; only its visual size grows
         model.vis.global_.offwidth = max(model.vis.global_.offwidth, width)
         model.vis.global_.offheight = max(model.vis.global_.offheight, height)
+        endless_ground(model)
         self.view = view or task_camera(env.task.name, model)
         self.camera = _mjv_camera(self.view, model)  # what update_scene films from
         self._renderer = mujoco.Renderer(model, height=height, width=width)

@@ -149,6 +149,17 @@ def _obs_bounds(env) -> tuple[list[float] | None, list[float] | None]:
     return [float(v) for v in space.low.reshape(-1)], [float(v) for v in space.high.reshape(-1)]
 
 
+def _robot_block(env) -> tuple[dict | None, list[str] | None, list[str] | None]:
+    """(robot block, obs names, action names) of a robot from its description; (None, None, None) otherwise."""
+    task = getattr(env, "task", None)
+    if not hasattr(task, "term_widths"):  # a TermTask (robopt.envs.robot.task)
+        return None, None, None
+    from robopt.envs.robot.describe import observation_names, robot_sidecar
+
+    block = robot_sidecar(task)
+    return block, observation_names(task), list(block["joint_names"])
+
+
 def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
     unknown = [fmt for fmt in formats if fmt not in FORMATS]
     if unknown or not formats:
@@ -269,6 +280,7 @@ def export_run(
         obs = record_observations(policy, env, parity_steps, seed=config.seed + 20_000)
         period, (obs_low, obs_high) = control_period(inner), _obs_bounds(inner)
         env_id, action_low, action_high = inner.env_id, inner.action_low.tolist(), inner.action_high.tolist()
+        robot, obs_names, action_names = _robot_block(inner)
     finally:
         env.close()
     if horizon > 1:
@@ -295,7 +307,7 @@ def export_run(
         sidecar = Sidecar(
             policy_kind=config.policy.name, env_id=env_id, obs_dim=obs.shape[1], action_dim=reference.shape[-1],
             action_low=action_low, action_high=action_high, control_period=period, files=files, action_chunk=horizon,
-            obs_low=obs_low, obs_high=obs_high,
+            obs_low=obs_low, obs_high=obs_high, robot=robot, obs_names=obs_names, action_names=action_names,
             files_sha256={name: file_sha256(tmp / name) for name in [*files.values(), PARITY_NAME]},
             weights_sha256=weights_sha256(policy), robopt_version=importlib.metadata.version("robopt"),
             config=config_to_dict(config),

@@ -3,7 +3,8 @@
 Torch-free (numpy, stdlib). Shapes: D obs dim, A action dim. A robot hands out its latest observation [D] with the
 time it was measured (``time.monotonic()`` seconds of this process) and takes actions [A]; it never raises on bad
 data, it drops and counts it. Specs:
-    ``sim:ENV_ID[?noise=0.01&latency_ms=10&delay_ticks=1&drop=0.01&seed=0]``  a simulated robot (SimRobot, torch)
+    ``sim:ENV_ID[?noise=0.01&latency_ms=10&delay_ticks=1&drop=0.01&seed=0]``  a simulated robot (SimRobot, torch);
+        ENV_ID may be a config file or a run directory (a robot from its description: ``sim:configs/<robot>.yaml``)
     ``udp://HOST:PORT``                                                        a robot behind the UDP protocol
     ``ros2://[DOMAIN_ID]``                                                     ROS 2 topics over DDS (Cyclone DDS)
     ``zenoh://[ENDPOINT]``                                                     ROS 2 topics over Zenoh

@@ -75,9 +75,9 @@ class SimRobotServer:
         self.latency, self.loss = latency_ms / 1000.0, loss
         self.log = log or (lambda line: print(line, flush=True))
         self.rng = np.random.default_rng(seed)
-        from robopt.envs import make_env
+        from robopt.sim2real.sim_env import make_sim_env  # torch and the simulators: only when serving a sim
 
-        self.env = make_env(env_id, 1)
+        self.env = make_sim_env(env_id)
         self.env_id, self.seed = env_id, seed
         self.period = env_period(self.env) if period is None else float(period)
         timeout = COMMAND_TIMEOUT_PERIODS * self.period if command_timeout_ms is None else command_timeout_ms / 1000.0

@@ -1,6 +1,6 @@
 """``policy.json``: what a deploy runtime must know about an exported policy, written next to the model files.
 
-Torch-free (stdlib only). Fields (format_version 1):
+Torch-free (stdlib only). Fields (format_version 2; version 1 files, without ``robot``, are read as before):
     format             "robopt-policy"
     format_version     1
     robopt_version     the package version that exported it
@@ -17,6 +17,10 @@ Torch-free (stdlib only). Fields (format_version 1):
     weights_sha256     sha256 of the policy weights (state dict tensors in key order)
     onnx_input, onnx_output   tensor names in the ONNX graph ("obs" [B, obs_dim] float32 -> "action")
     config             the run's resolved config (a dict)
+    robot              a robot from its description (env.id: robot): joint names in action order, the action's
+                       scale and offset, default pose, PD gains, effort limits, joint ranges, control period,
+                       observation terms in order (widths, scales, clips, history) and the command's ranges
+                       (robopt.envs.robot.describe); null for other envs
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-FORMAT, FORMAT_VERSION, SIDECAR_NAME = "robopt-policy", 1, "policy.json"
+FORMAT, FORMAT_VERSION, SIDECAR_NAME = "robopt-policy", 2, "policy.json"
+READABLE_VERSIONS = (1, 2)  # version 2 added ``robot``
 
 
 class DeployError(ValueError):
@@ -55,6 +60,7 @@ class Sidecar:
     onnx_output: str = "action"
     robopt_version: str = ""
     config: dict = field(default_factory=dict)
+    robot: dict | None = None
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
 
@@ -110,8 +116,11 @@ def _check_types(s: Sidecar) -> None:
 
 def check_sidecar(s: Sidecar) -> None:
     """Raise DeployError naming the first inconsistent field."""
-    if s.format != FORMAT or s.format_version != FORMAT_VERSION:
-        _fail(f"format {s.format!r} version {s.format_version!r} is not {FORMAT!r} version {FORMAT_VERSION}")
+    if s.format != FORMAT or s.format_version not in READABLE_VERSIONS:
+        versions = " or ".join(str(v) for v in READABLE_VERSIONS)
+        _fail(f"format {s.format!r} version {s.format_version!r} is not {FORMAT!r} version {versions}")
+    if s.robot is not None and not isinstance(s.robot, dict):
+        _fail(f"robot must be null or an object, got {s.robot!r:.80}")
     _check_types(s)
     for name in ("obs_dim", "action_dim", "action_chunk"):
         value = getattr(s, name)

@@ -21,7 +21,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from robopt.envs import make_env
+from robopt.sim2real.sim_env import make_sim_env
 
 
 class SimRobot:
@@ -44,7 +44,7 @@ class SimRobot:
             raise ValueError("obs_noise, latency_ms and delay_ticks must be >= 0 and drop in [0, 1)")
         self.period, self.obs_noise, self.latency = float(period), float(obs_noise), float(latency_ms) / 1000.0
         self.delay_ticks, self.drop, self.realtime = int(delay_ticks), float(drop), realtime
-        self.env = make_env(env_id, 1)
+        self.env = make_sim_env(env_id)  # an env id, a config file or a run directory
         self.obs_dim, self.action_dim = self.env.obs_dim, self.env.action_dim
         self.action_low = self.env.action_low.cpu().numpy().astype(np.float64)  # [A]
         self.action_high = self.env.action_high.cpu().numpy().astype(np.float64)  # [A]

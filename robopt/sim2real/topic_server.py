@@ -89,9 +89,9 @@ class TopicSimRobotServer:
         self.log = log or (lambda line: print(line, flush=True))
         self.latency, self.loss, self.rng = latency_ms / 1000.0, loss, np.random.default_rng(seed)
         self.env_id, self.seed, self.transport, self.command_topic = env_id, seed, transport, command_topic
-        from robopt.envs import make_env
+        from robopt.sim2real.sim_env import make_sim_env  # torch and the simulators: only when serving a sim
 
-        self.env = make_env(env_id, 1)
+        self.env = make_sim_env(env_id)
         try:
             self.period = env_period(self.env) if period is None else float(period)
             timeout = COMMAND_TIMEOUT_PERIODS * self.period if command_timeout_ms is None else command_timeout_ms / 1e3

@@ -247,10 +247,15 @@ def _add_floor(spec: mujoco.MjSpec, model: mujoco.MjModel, config: RobotConfig) 
     if config.floor.type == "none":
         return ""
     spec.add_texture(name="robopt_grid", type=mujoco.mjtTexture.mjTEXTURE_2D,
-                     builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, rgb1=[0.22, 0.25, 0.29], rgb2=[0.32, 0.35, 0.39],
-                     width=512, height=512, mark=mujoco.mjtMark.mjMARK_EDGE, markrgb=[0.6, 0.6, 0.6])  # fmt: skip
-    spec.add_material(name="robopt_grid", texrepeat=[1, 1], reflectance=0.1).textures[
-        mujoco.mjtTextureRole.mjTEXROLE_RGB] = "robopt_grid"  # fmt: skip
+                     builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, rgb1=[0.38, 0.42, 0.47], rgb2=[0.52, 0.56, 0.6],
+                     width=256, height=256, mark=mujoco.mjtMark.mjMARK_EDGE, markrgb=[0.7, 0.7, 0.7])  # fmt: skip
+    material = spec.add_material(name="robopt_grid", texrepeat=[1, 1], texuniform=True, reflectance=0.05)
+    material.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = "robopt_grid"  # 0.5 m squares, however far it walks
+    spec.add_texture(name="robopt_sky", type=mujoco.mjtTexture.mjTEXTURE_SKYBOX,
+                     builtin=mujoco.mjtBuiltin.mjBUILTIN_GRADIENT, rgb1=[0.55, 0.7, 0.85], rgb2=[0.1, 0.12, 0.15],
+                     width=256, height=256)  # fmt: skip
+    spec.visual.headlight.ambient = [0.35, 0.35, 0.35]
+    spec.visual.headlight.diffuse = [0.55, 0.55, 0.55]
     friction = [config.floor.friction, 0.005, 0.0001]
     spec.worldbody.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], friction=friction,
                             material="robopt_grid", contype=1, conaffinity=1, condim=3)  # fmt: skip

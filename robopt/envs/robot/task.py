@@ -132,6 +132,7 @@ class TermTask:
         signals = Signals(state, self.robot, self.context)
         parts = self._run_checked(self.observation_terms, signals, "observations")
         self.obs_width = sum(part.shape[1] for part in parts)
+        self.term_widths = [part.shape[1] for part in parts]
         # per-element scale, noise, bias amplitude and clip of the frame [D]
         self._scale, self._noise, self._bias, self._clip = (
             torch.cat([_expand(getattr(term, name), part.shape[1], term) for term, part in
@@ -139,6 +140,7 @@ class TermTask:
             for name in ("scale", "noise", "bias", "clip")
         )  # fmt: skip
         self._noisy, self._biased = bool((self._noise > 0).any()), bool((self._bias > 0).any())
+        self.frame_scale = self._scale.cpu().to(torch.float64)  # [D], for the export sidecar
         self.context.bias = zeros(n, self.obs_width)
         self.context.history = zeros(n, self.config.history, self.obs_width)
         if self.critic_terms:

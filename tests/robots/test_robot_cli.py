@@ -1,0 +1,123 @@
+"""The robot path from the command line: a config trains, exports with the robot's sidecar block, and deploys on
+the simulated robot built from the same config; every bad input of the issue is one line with exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from robopt.cli import app
+from robopt.config import load_config
+from robopt.runner import train
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")
+
+ROOT = Path(__file__).parents[2]
+CONFIG = ROOT / "configs" / "ppo_quadruped_velocity.yaml"
+TINY = ["total_steps=64", "env.num_envs=8", "rollout.num_steps=8", "algo.minibatch_size=32", "algo.epochs=1",
+        "log.eval_episodes=0", "log.progress=false", "policy.hidden=[16]", "critic.hidden=[16]"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> tuple[Path, Path]:
+    pytest.importorskip("onnxruntime")
+    from robopt.sim2real.export import export_run
+
+    root = tmp_path_factory.mktemp("runs")
+    run_dir = train(load_config(CONFIG, [*TINY, f"log.run_root={root}"]), progress=False).run_dir
+    report = export_run(run_dir)
+    assert max(report.max_difference.values()) <= 1e-5
+    return run_dir, report.out_dir
+
+
+def test_export_sidecar_describes_the_robot(exported) -> None:
+    _, out_dir = exported
+    sidecar = json.loads((out_dir / "policy.json").read_text())
+    robot = sidecar["robot"]
+    assert sidecar["format_version"] == 2 and sidecar["env_id"] == "robot"
+    assert robot["joint_names"][:3] == ["FR_hip_joint", "FR_thigh_joint", "FR_calf_joint"] and len(robot["kp"]) == 12
+    assert sidecar["action_names"] == robot["joint_names"]
+    assert robot["action_offset"][:3] == pytest.approx([0.0, 0.9, -1.8]) and robot["action_scale"] == [0.25] * 12
+    assert robot["control_period"] == pytest.approx(0.02) and robot["decimation"] == 4
+    assert robot["command"]["ranges"]["lin_vel_y"] == [-0.5, 0.5]
+    terms = robot["observation"]["terms"]
+    assert [t["name"] for t in terms][:3] == ["base_lin_vel", "base_ang_vel", "projected_gravity"]
+    assert sum(t["size"] for t in terms) == sidecar["obs_dim"] == len(sidecar["obs_names"]) == 48
+    assert sidecar["obs_names"][9:12] == ["velocity_command/lin_vel_x", "velocity_command/lin_vel_y",
+                                          "velocity_command/ang_vel_z"]  # fmt: skip
+    assert terms[3]["scale"] == [2.0, 2.0, 0.25]
+    assert robot["joint_range"][2] == pytest.approx([-2.818, -0.888])
+
+
+def test_deploy_on_the_simulated_robot_from_its_config(exported, tmp_path) -> None:
+    from robopt.sim2real.robots import parse_robot
+    from robopt.sim2real.runtime import ControlLoop, DeployConfig, load_export
+
+    _, out_dir = exported
+    sidecar, policy = load_export(out_dir)
+    robot = parse_robot(f"sim:{CONFIG}?seed=0", sidecar, realtime=False)
+    assert robot.env.task.robot.joint_names == tuple(sidecar.robot["joint_names"])
+    pairs, read, send = [], robot.read, robot.send  # (observation read, action sent) at every tick
+
+    def recording_read():
+        obs, stamp = read()
+        pairs.append([None if obs is None else obs.copy(), None])
+        return obs, stamp
+
+    def recording_send(action):
+        pairs[-1][1] = np.array(action, dtype=np.float64)
+        send(action)
+
+    robot.read, robot.send = recording_read, recording_send
+    loop = ControlLoop(policy, robot, sidecar, DeployConfig(), clock=robot.clock, realtime=False)
+    summary = loop.run(ticks=50)
+    loop.close()
+    assert summary["ticks"] == 50 and summary["counters"]["safe_action"] == 0
+    sent = [(obs, action) for obs, action in pairs if action is not None]
+    assert len(sent) == 50
+    # every command the robot received is the exported policy's action on the observation it read (float32 ONNX)
+    obs = np.stack([obs for obs, _ in sent]).reshape(50, -1).astype(np.float32)
+    expected = np.clip(np.stack([policy(row) for row in obs]), sidecar.action_low, sidecar.action_high)
+    np.testing.assert_allclose(np.stack([action for _, action in sent]), expected, atol=1e-5)
+
+
+def _train_fails(*overrides: str) -> str:
+    result = CliRunner().invoke(app, ["train", str(CONFIG), *TINY, *overrides])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    return result.output
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["robot.joints={knee: {kp: 1}}"],
+            "'knee' matches no hinge or slide joint; hinge or slide joints: FR_hip_joint",
+        ),
+        (["robot.mjcf=no/such/robot.xml"], "robot.mjcf='no/such/robot.xml': file not found"),
+        (["robot.default_pose={.*_calf_joint: 0.0}"], "FR_calf_joint=0.0 is outside its range [-2.818, -0.888]"),
+        (["robot.sim.decimation=0"], "sim.decimation must be an integer >= 1"),
+        (["robot.feet=[toe]"], "robot.feet: 'toe' matches no geom or body"),
+        (["task.rewards.fly={weight: 1}"], "rewards.fly: unknown reward term 'fly'; allowed: action_rate"),
+        (["task.rewards.alive={weight: lots}"], "rewards.alive.weight: expected a number, got 'lots'"),
+        (["task.rewards.mine={hook: no_pkg.terms:f}"], "rewards.mine.hook='no_pkg.terms:f': cannot import"),
+        (["env.id=HalfCheetah-v5"], "the robot and task sections build env.id: robot"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_two(overrides, message) -> None:
+    assert message in _train_fails(*overrides)
+
+
+def test_a_mesh_that_is_missing_and_an_mjcf_that_does_not_compile(tmp_path) -> None:
+    mesh = tmp_path / "meshy.xml"
+    mesh.write_text('<mujoco><asset><mesh name="m" file="leg.stl"/></asset><worldbody><body name="b">'
+                    '<freejoint/><geom type="mesh" mesh="m"/></body></worldbody></mujoco>')  # fmt: skip
+    assert "MuJoCo cannot compile it: Error opening file" in _train_fails(f"robot.mjcf={mesh}")
+    broken = tmp_path / "broken.xml"
+    broken.write_text("<mujoco><worldbody><body name='b'><geom type='sphere'/></body></worldbody>")
+    assert "MuJoCo cannot read it" in _train_fails(f"robot.mjcf={broken}")
