@@ -303,6 +303,13 @@ def list_registered() -> None:
     typer.echo("backends:   " + ", ".join(BACKENDS))
     typer.echo("native envs: " + (", ".join(list_env_ids()) or "(none)"))
     typer.echo("gymnasium:  any registered Gymnasium id with Box spaces, e.g. HalfCheetah-v5, Hopper-v5, Pendulum-v1")
+    from robopt.envs.robot.builder import shipped_robots
+    from robopt.envs.robot.library import describe
+
+    typer.echo("robots:     env.id robot with robot.mjcf: your MJCF, menagerie:<dir>/<file>, or shipped: "
+               + ", ".join(f"robopt:{name}" for name in shipped_robots()))  # fmt: skip
+    for kind, heading in (("observation", "observations"), ("reward", "rewards"), ("termination", "terminations")):
+        typer.echo(f"task.{heading}: " + ", ".join(name for name, _ in describe(kind)))
 
 
 # Sim-to-real commands live with their package; each module's ``register(app, fail)`` adds its commands (export,

@@ -289,16 +289,53 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Read a YAML experiment file, apply overrides and validate."""
+    """Read a YAML experiment file (and the files it ``extends``), apply overrides and validate.
+
+    ``extends: other.yaml`` (a path relative to the file) starts from that file's settings: mappings merge key by
+    key, anything else is replaced, and a section whose ``name`` differs from the base's (another algorithm or
+    policy kind) replaces the base's section whole. The run's name is the file's own ``name`` or its file name.
+    """
     path = Path(path)
+    data = read_config_file(path)
+    data.setdefault("name", path.stem)
+    return build_dataclass(ExperimentConfig, apply_overrides(data, overrides or []))
+
+
+def read_config_file(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+    """A config file's mapping with its ``extends`` chain merged in (the base's ``name`` is not inherited)."""
     if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} not found (configs live in configs/*.yaml)")
+        where = f" (extended by {str(chain[-1])!r})" if chain else " (configs live in configs/*.yaml)"
+        raise ConfigError(f"config file {str(path)!r} not found{where}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {str(error).splitlines()[0]}") from None
-    data.setdefault("name", path.stem)
-    return build_dataclass(ExperimentConfig, apply_overrides(data, overrides or []))
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of config keys, got {type(data).__name__}")
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str) or not parent:
+        raise ConfigError(f"{str(path)!r}: extends must be the path of another config file, got {parent!r}")
+    base_path = (path.parent / parent).resolve()
+    if base_path in (*chain, path.resolve()):
+        raise ConfigError(f"{str(path)!r}: extends {parent!r} makes a cycle of config files")
+    base = read_config_file(base_path, (*chain, path.resolve()))
+    base.pop("name", None)
+    return _merge(base, data)
+
+
+def _merge(base: dict, override: dict) -> dict:
+    """``override`` over ``base``: mappings merged key by key (a mapping naming another registry choice replaces)."""
+    merged = dict(base)
+    for key, value in override.items():
+        old = merged.get(key)
+        both = isinstance(old, dict) and isinstance(value, dict)
+        if both and value.get("name", old.get("name")) == old.get("name"):
+            merged[key] = _merge(old, value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def config_to_dict(config: Any) -> dict:

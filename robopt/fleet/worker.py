@@ -35,11 +35,13 @@ class RobotWorker:
     def __init__(self, config, robot: int, env_kwargs: dict, seed: int, corrupt_after: int = 0) -> None:
         import ray
 
+        from robopt.build import section_env_options
         from robopt.envs import make_env
         from robopt.policies import POLICIES
 
         torch.set_num_threads(1)
         self.robot, self.corrupt_after = robot, corrupt_after
+        env_kwargs = {**section_env_options(config), **env_kwargs}  # a robot from its description: robot, task
         self.env = make_env(config.env.id, 1, backend=config.env.backend, device="cpu", **env_kwargs)
         self.policy = POLICIES[config.policy.name].build(config.policy, self.env)
         self.noise = getattr(config.algo, "exploration_noise", None)  # TD3/DDPG explore around the mean action

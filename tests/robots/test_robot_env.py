@@ -129,7 +129,8 @@ def test_air_time_counts_from_lift_off_to_touch_down() -> None:
             forces[:, 0, 3] = 0.0
         sensordata[:, contact] = forces.flatten(1)
         task.update_context({**state, "sensordata": sensordata}, torch.zeros(1, 12, dtype=torch.float64))
-    # lift-off counted from the reset (in_contact False): 4 steps of 0.02 s when it lands
+    # the feet stood at the reset; foot 0 is seen off the ground at three steps and lands at the fourth: its air
+    # time is counted from the last step it was seen on the ground, 4 steps of 0.02 s (legged_gym's count)
     torch.testing.assert_close(task.context.landed_air_time[0, 0], torch.tensor(0.08, dtype=torch.float64))
     assert task.context.air_time[0].tolist() == [0.0, 0.0, 0.0, 0.0]
 
@@ -210,3 +211,17 @@ def test_resume_continues_the_same_episodes() -> None:
         # same kernels, same shapes, same process: bit equality (DESIGN.md section 8)
         for a, b in zip(out_first[:4], out_second[:4], strict=True):
             assert torch.equal(a, b)
+
+
+def test_standing_feet_carry_the_robots_weight() -> None:
+    # the contact sensors' net forces on four feet add up to m g = 13.0 kg * 9.81 m/s^2 = 127.5 N once it settles
+    env = quadruped(2, quiet_task(reset={}))
+    env.reset(seed=0)
+    for _ in range(50):
+        env.step(torch.zeros(2, 12))
+    signals = Signals(env.physics.state(), env.task.robot, env.task.context)
+    assert signals.feet_contact.all()
+    torch.testing.assert_close(
+        signals.feet_force.sum(1), torch.full((2,), 127.5, dtype=torch.float64), atol=3.0, rtol=0
+    )
+    assert float(env.physics.mj_model.body_mass.sum()) == pytest.approx(13.0)

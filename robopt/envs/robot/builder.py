@@ -83,13 +83,18 @@ class RobotModel:
         return self.free_qpos >= 0
 
 
+def shipped_robots() -> list[str]:
+    """The robots robopt ships (``robopt:<name>``), each a folder of ``assets`` with its MJCF and README."""
+    return sorted(p.name for p in ASSETS.iterdir() if (p / f"{p.name}.xml").is_file())
+
+
 def resolve_mjcf(path: str) -> Path:
     """A file path for ``robot.mjcf``: a path, ``robopt:<name>`` (shipped) or ``menagerie:<dir>/<file>``."""
     if not path:
         raise ValueError("robot.mjcf is empty: give a path, robopt:<name> or menagerie:<dir>/<file>")
     if path.startswith("robopt:"):
         name = path[len("robopt:") :]
-        shipped = sorted(p.name for p in ASSETS.iterdir() if p.is_dir())
+        shipped = shipped_robots()
         if name not in shipped:
             raise ValueError(f"robot.mjcf={path!r}: no shipped robot {name!r}; shipped: {', '.join(shipped)}")
         return ASSETS / name / f"{name}.xml"

@@ -274,8 +274,9 @@ class TermTask:
         context = self.context
         for name in ("action", "previous_action", "air_time", "landed_air_time"):
             getattr(context, name)[rows] = 0.0
-        context.in_contact[rows] = False
         signals = Signals(state, self.robot, context)
+        if self.robot.num_feet:  # feet standing at the reset have not just landed at the first step
+            context.in_contact[rows] = signals.feet_contact[rows]
         context.previous_joint_vel[rows] = signals.joint_vel[rows]
         if self.command is not None:
             self._draw_commands(rows, generator)
