@@ -6,7 +6,10 @@
 #   3. env steps per second of the many-env SAC config (configs/sac_halfcheetah_fast.yaml) on MuJoCo Warp, and of
 #      Isaac Lab's cart-pole at 4096 envs where the Python has Isaac Lab (benchmarks/isaac_throughput.py);
 #   4. time to a deterministic return of 3000 on HalfCheetah with the GPU PPO config (configs/ppo_halfcheetah_gpu.yaml:
-#      1024 envs, CUDA graph).
+#      1024 envs, CUDA graph);
+#   5. the quadruped (a robot from its description, configs/ppo_quadruped_velocity_gpu.yaml) on MuJoCo Warp at 4096
+#      envs: the task's env steps per second alone (CUDA graph), PPO's end to end, and the tracking errors after 5
+#      minutes of training (benchmarks/quadruped_tracking.py: velocity error, yaw-rate error, falls).
 # Without CUDA the CUDA lines are skipped (one line says so) and their CPU twins run instead, small.
 # It installs nothing unless ROBOPT_WHEELS names a folder of wheels to install first (a GPU machine with no
 # package registry: carry mujoco, mujoco-warp, warp-lang, gymnasium wheels there), and imports robopt from
@@ -122,6 +125,14 @@ if [ "$cuda" = 1 ]; then
   # 4. time to 3000 with the GPU PPO config (ppo_halfcheetah_gpu.yaml: 1024 envs, CUDA graph), capped at 2 minutes
   step time_to_3000 "^seed 0" "$PY" benchmarks/time_to_return.py --contestants ppo-gpu --seeds 0 --levels 3000 \
     --budget-s 120 --max-steps 40000000 --eval-every 524288
+  # 5. the quadruped on MuJoCo Warp at 4096 envs: the task alone (CUDA graph), PPO end to end, 5 minutes of training
+  step quadruped_task_4096_graph "^quadruped" "$PY" benchmarks/robot_throughput.py --backend mujoco_warp \
+    --device cuda --envs 4096 --steps 200 --graph
+  throughput ppo_quadruped_4096_graph "PPO mujoco_warp quadruped 4096 envs, CUDA graph" \
+    configs/ppo_quadruped_velocity_gpu.yaml device=cuda
+  step quadruped_tracking_5min "^runs|^  " "$PY" benchmarks/quadruped_tracking.py --train \
+    --config configs/ppo_quadruped_velocity_gpu.yaml --seeds 0 --total-steps 400000000 --budget-s 300 \
+    --root /tmp/robopt-gpu-quadruped --episodes 256
 else
   say "no CUDA device: skipped tests/gpu's CUDA tests, PPO and SAC on MuJoCo Warp, and the GPU time to return;" \
     "their CPU twins follow"

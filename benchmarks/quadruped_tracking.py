@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import signal
 import subprocess
 import sys
 import time
@@ -80,7 +81,8 @@ def training_cost(run_dir: Path) -> dict:
     return {"env_steps": int(rows[-1]["env_steps"]), "wall_time_s": float(rows[-1]["wall_time"])}
 
 
-def train(config: str, seeds: list[int], total_steps: int, root: Path, extra: list[str]) -> list[Path]:
+def train(config: str, seeds: list[int], total_steps: int, root: Path, extra: list[str], budget_s: float) -> list[Path]:
+    """One run per seed; with ``budget_s`` a run gets Ctrl-C after that long (robopt saves and stops)."""
     runs = []
     for seed in seeds:
         name = f"quadruped_seed{seed}"
@@ -88,7 +90,12 @@ def train(config: str, seeds: list[int], total_steps: int, root: Path, extra: li
                    f"name={name}", f"log.run_root={root}", "log.eval_episodes=0", "--no-progress", *extra]  # fmt: skip
         print("$", " ".join(command[2:]), flush=True)
         start = time.perf_counter()
-        subprocess.run(command, check=True, cwd=ROOT)
+        process = subprocess.Popen(command, cwd=ROOT)
+        try:
+            process.wait(timeout=budget_s or None)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGINT)  # the runner writes its checkpoint and stops
+            process.wait()
         print(f"seed {seed}: {time.perf_counter() - start:.0f} s including start-up", flush=True)
         runs.append(sorted((root / name).iterdir())[-1])
     return runs
@@ -114,6 +121,7 @@ def main() -> None:
     parser.add_argument("--train", action="store_true", help="train --seeds first, then evaluate them")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--total-steps", type=int, default=36_000_000)
+    parser.add_argument("--budget-s", type=float, default=0.0, help="stop each training after this long (0: none)")
     parser.add_argument("--root", type=Path, default=Path("runs/bench_quadruped"))
     parser.add_argument("--evaluate", type=Path, nargs="*", default=[], help="run directories to evaluate")
     parser.add_argument("--episodes", type=int, default=256)
@@ -122,7 +130,7 @@ def main() -> None:
     args = parser.parse_args()
     runs = list(args.evaluate)
     if args.train:
-        runs += train(args.config, args.seeds, args.total_steps, args.root, args.overrides)
+        runs += train(args.config, args.seeds, args.total_steps, args.root, args.overrides, args.budget_s)
     if not runs:
         parser.error("nothing to do: give --train or --evaluate RUN...")
     results = {}

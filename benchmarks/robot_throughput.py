@@ -2,6 +2,10 @@
 model in the same run, and where an env step's time goes.
 
     python benchmarks/robot_throughput.py [--envs 64 256 1024] [--threads 1 2] [--steps 200]
+    python benchmarks/robot_throughput.py --backend mujoco_warp --device cuda --envs 4096 [--graph]
+
+On ``mujoco_warp`` (a GPU) it prints the env's steps per second alone (physics and terms on the device; the raw
+MuJoCo C comparison is a CPU figure), synchronizing the device at both ends of the clock.
 
 Raw MuJoCo: ``mujoco.rollout`` (C threads, no Python per env) stepping the same compiled model (floor, actuators
 and sensors included) N rows x 4 physics steps per control step, from the standing pose with the actuators holding
@@ -54,6 +58,34 @@ def raw_rate(env, num_envs: int, threads: int, steps: int) -> float:
     return num_envs * steps / elapsed
 
 
+def warp_rate(num_envs: int, steps: int, device: str, graph: bool) -> float:
+    """Env steps per second of the quadruped task on MuJoCo Warp (random actions, as ``env_rate``)."""
+    robot, task = sections()
+    env = make_env("robot", num_envs, backend="mujoco_warp", device=device, robot=robot, task=task, seed=0,
+                   graph=graph)  # fmt: skip
+    generator = torch.Generator(device=device).manual_seed(0)
+    env.reset(seed=0)
+
+    def step():
+        env.step(0.3 * torch.randn(num_envs, env.action_dim, generator=generator, device=device))
+
+    for _ in range(20):
+        step()
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    synchronize(device)
+    elapsed = time.perf_counter() - start
+    env.close()
+    return num_envs * steps / elapsed
+
+
+def synchronize(device: str) -> None:
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
 def env_rate(num_envs: int, threads: int, steps: int) -> tuple[float, dict[str, float]]:
     """Env steps per second and the seconds spent in each part over the timed steps."""
     robot, task = sections()
@@ -93,7 +125,16 @@ def main() -> None:
     parser.add_argument("--envs", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--backend", default="mujoco", choices=("mujoco", "mujoco_warp"))
+    parser.add_argument("--device", default="cpu", help="mujoco_warp: cuda, or cpu (warp's CPU device, slow)")
+    parser.add_argument("--graph", action="store_true", help="mujoco_warp: replay each step from a CUDA graph")
     args = parser.parse_args()
+    if args.backend == "mujoco_warp":
+        for num_envs in args.envs:
+            rate = warp_rate(num_envs, args.steps, args.device, args.graph)
+            print(f"quadruped task on mujoco_warp ({args.device}{', graph' if args.graph else ''}), {num_envs} envs: "
+                  f"{rate:.0f} env steps/s", flush=True)  # fmt: skip
+        return
     torch.set_num_threads(1)
     print("envs threads | env steps/s | raw mujoco.rollout steps/s | env/raw | physics% terms% rest% of the env step")
     for threads in args.threads:

@@ -159,6 +159,7 @@ class NativeRowRenderer:
         model.vis.global_.offwidth = max(model.vis.global_.offwidth, width)
         model.vis.global_.offheight = max(model.vis.global_.offheight, height)
         endless_ground(model)
+        self.render_model = model  # what is drawn: the backend's model with an endless ground and a larger buffer
         self.view = view or task_camera(env.task.name, model)
         self.camera = _mjv_camera(self.view, model)  # what update_scene films from
         self._renderer = mujoco.Renderer(model, height=height, width=width)

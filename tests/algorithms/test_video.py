@@ -204,3 +204,47 @@ def test_frame_progress_prints_a_line_per_tenth_off_a_terminal_and_nothing_when_
     with FrameProgress(20, enabled=False) as progress:
         progress.update(5)
     assert capsys.readouterr().err == ""
+
+
+def _ground_pixels(env, renderer: NativeRowRenderer) -> int:
+    """Pixels of the world's ground plane in the lower half of the row's frame (a segmentation render)."""
+    segmenter = mujoco.Renderer(renderer.render_model, height=HEIGHT, width=WIDTH)
+    segmenter.enable_segmentation_rendering()
+    segmenter.update_scene(renderer.host_data(), camera=renderer.camera)
+    ids = segmenter.render()
+    segmenter.close()
+    model = env.physics.mj_model
+    planes = np.flatnonzero((model.geom_bodyid == 0) & (model.geom_type == mujoco.mjtGeom.mjGEOM_PLANE))
+    is_ground = (ids[..., 1] == mujoco.mjtObj.mjOBJ_GEOM) & np.isin(ids[..., 0], planes)
+    return int(is_ground[HEIGHT // 2 :].sum())
+
+
+def test_the_ground_is_drawn_however_far_the_robot_runs():
+    # Gymnasium's HalfCheetah floor is a 40 m plane: 100 m out, the drawn model had no floor left under the robot
+    env = make_env("mujoco/HalfCheetah", 1, backend="mujoco")
+    renderer = NativeRowRenderer(env, row=0, width=WIDTH, height=HEIGHT)
+    env.reset(seed=0)
+    qpos = env.physics.state()["qpos"].clone()
+    qpos[0, 0] = 100.0
+    env.physics.set_state(torch.tensor([0]), qpos, torch.zeros_like(env.physics.state()["qvel"]))
+    assert _ground_pixels(env, renderer) > 0.5 * (HEIGHT // 2) * WIDTH  # most of the lower half is floor
+    assert env.physics.mj_model.geom_size[0, 0] == 40.0  # the simulated model is untouched
+    renderer.close(), env.close()
+
+
+def test_a_robot_from_its_description_is_filmed_from_its_track_camera():
+    from tests.robots.conftest import quadruped_sections
+
+    robot, task = quadruped_sections()
+    env = make_env("robot", 1, backend="mujoco", robot=robot, task=task, seed=0)
+    renderer = NativeRowRenderer(env, row=0, width=WIDTH, height=HEIGHT)
+    assert renderer.view.camera_name == "track"
+    env.reset(seed=0)
+    qpos = env.physics.state()["qpos"].clone()
+    qpos[0, :2] = torch.tensor([25.0, -10.0])  # far from where it started: the camera follows its centre of mass
+    env.physics.set_state(torch.tensor([0]), qpos, torch.zeros_like(env.physics.state()["qvel"]))
+    frame = renderer.render()
+    trunk = renderer.host_data().xpos[env.task.robot.base_body]
+    assert np.abs(image_position(renderer.scene_camera, trunk, WIDTH / HEIGHT)).max() < 0.5
+    assert frame.std() > 10 and _ground_pixels(env, renderer) > 0.3 * (HEIGHT // 2) * WIDTH
+    renderer.close(), env.close()
