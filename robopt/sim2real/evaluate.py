@@ -78,10 +78,10 @@ class _FirstOfChunk:
 
 def native_twin(env_id: str) -> str:
     """``env_id`` itself when it is a native ``mujoco/<Task>``, else the native task reproducing it; ConfigError."""
-    from robopt.envs.registry import NATIVE_TASKS, list_env_ids
+    from robopt.envs.registry import NATIVE_TASKS, ROBOT_ENV_ID, list_env_ids
 
     list_env_ids()  # registers the native tasks
-    if env_id in NATIVE_TASKS:
+    if env_id in NATIVE_TASKS or env_id == ROBOT_ENV_ID:  # a robot from its description is native too
         return env_id
     for native_id, task in sorted(NATIVE_TASKS.items()):
         if task.gymnasium_id == env_id:
@@ -106,11 +106,13 @@ def _load_source(source: Path):
         except DeployError as error:
             raise ConfigError(str(error)) from None
         env_options = dict((sidecar.config.get("env") or {}).get("kwargs") or {})
+        if env_id == "robot":  # the robot and its task, from the run's config in the sidecar
+            env_options.update(robot=sidecar.config.get("robot"), task=sidecar.config.get("task"))
         return "export", env_id, env_options, _OnnxActor(model)
     if (source / "config.yaml").is_file():
         from dataclasses import replace
 
-        from robopt.build import available_device
+        from robopt.build import available_device, section_env_options
         from robopt.evaluation import load_policy
         from robopt.experiment import load_run_config
 
@@ -119,18 +121,20 @@ def _load_source(source: Path):
         _, policy = load_policy(source, replace(config, device=str(available_device(config.device))))
         horizon = getattr(config.policy, "horizon", 1)
         actor = policy.cpu() if horizon == 1 else _FirstOfChunk(policy.cpu(), horizon)
-        return "run", env_id, dict(config.env.kwargs), actor
+        return "run", env_id, {**config.env.kwargs, **section_env_options(config)}, actor
     raise ConfigError(
         f"{str(source)!r} is neither a run directory (config.yaml) nor an export directory ({SIDECAR_NAME})"
     )
 
 
 def _cell_params(nominal: dict, factors: dict[str, float], num_envs: int) -> dict:
-    """Absolute parameters [N, ...] of every grid parameter (and body_inertia with body_mass) for these factors."""
-    names = [*GRID_PARAMS, "body_inertia"] if "body_inertia" in nominal else list(GRID_PARAMS)
+    """Absolute parameters [N, ...] of every grid parameter for these factors: body_inertia follows body_mass, and a
+    servo's bias (its kp and kd) follows actuator_gain, as the randomization's motor strength does."""
+    follows = {"body_inertia": "body_mass", "actuator_bias": "actuator_gain"}
+    names = [*GRID_PARAMS, *(name for name in follows if name in nominal)]
     params = {}
     for name in names:
-        factor = factors.get("body_mass" if name == "body_inertia" else name, 1.0)
+        factor = factors.get(follows.get(name, name), 1.0)
         value = nominal[name] * factor
         params[name] = value.expand(num_envs, *value.shape).clone()
     return params

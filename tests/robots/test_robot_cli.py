@@ -121,3 +121,12 @@ def test_a_mesh_that_is_missing_and_an_mjcf_that_does_not_compile(tmp_path) -> N
     broken = tmp_path / "broken.xml"
     broken.write_text("<mujoco><worldbody><body name='b'><geom type='sphere'/></body></worldbody>")
     assert "MuJoCo cannot read it" in _train_fails(f"robot.mjcf={broken}")
+
+
+def test_transfer_grid_of_a_robot_policy(exported, tmp_path) -> None:
+    from robopt.sim2real.evaluate import evaluate_transfer
+
+    run_dir, out_dir = exported
+    for source in (run_dir, out_dir):  # the torch policy of the run, and the exported ONNX policy
+        result = evaluate_transfer(source, {"actuator_gain": [0.8, 1.2]}, episodes=2, out=tmp_path / source.name)
+        assert result.returns.shape == (2, 2) and result.env_id == "robot"
