@@ -303,8 +303,8 @@ def list_registered() -> None:
     typer.echo("backends:   " + ", ".join(BACKENDS))
     typer.echo("native envs: " + (", ".join(list_env_ids()) or "(none)"))
     typer.echo("gymnasium:  any registered Gymnasium id with Box spaces, e.g. HalfCheetah-v5, Hopper-v5, Pendulum-v1")
-    from robopt.envs.robot.builder import shipped_robots
     from robopt.envs.robot.library import describe
+    from robopt.envs.robot.mjcf import shipped_robots
 
     typer.echo("robots:     env.id robot with robot.mjcf: your MJCF, menagerie:<dir>/<file>, or shipped: "
                + ", ".join(f"robopt:{name}" for name in shipped_robots()))  # fmt: skip

@@ -19,28 +19,20 @@ limited to +-effort / scale.
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import mujoco
 import numpy as np
 import torch
 
 from robopt.envs.robot.config import RobotConfig
+from robopt.envs.robot.mjcf import compile_spec, load_spec, match_all, movable, names_of, resolve_mjcf
+from robopt.envs.robot.sensors import Sensors, add_contact_groups, add_end_effector, add_feet, add_imu
 
-ASSETS = Path(__file__).parent / "assets"
 _INTEGRATORS = {"euler": "mjINT_EULER", "implicit": "mjINT_IMPLICIT", "implicitfast": "mjINT_IMPLICITFAST",
                 "rk4": "mjINT_RK4"}  # fmt: skip
 _SOLVERS = {"newton": "mjSOL_NEWTON", "cg": "mjSOL_CG", "pgs": "mjSOL_PGS"}
 _CONES = {"pyramidal": "mjCONE_PYRAMIDAL", "elliptic": "mjCONE_ELLIPTIC"}
-_CONTACT_FOUND, _CONTACT_FORCE, _REDUCE_NETFORCE = 1, 2, 3  # mjSENS_CONTACT's data bits and reduction
-
-
-def contact_key(bodies: tuple[str, ...]) -> str:
-    """The sensor-group name of a contact group (the regular expressions of its bodies)."""
-    return "contact:" + "|".join(bodies)
 
 
 @dataclass(frozen=True)
@@ -83,107 +75,10 @@ class RobotModel:
         return self.free_qpos >= 0
 
 
-def shipped_robots() -> list[str]:
-    """The robots robopt ships (``robopt:<name>``), each a folder of ``assets`` with its MJCF and README."""
-    return sorted(p.name for p in ASSETS.iterdir() if (p / f"{p.name}.xml").is_file())
-
-
-def resolve_mjcf(path: str) -> Path:
-    """A file path for ``robot.mjcf``: a path, ``robopt:<name>`` (shipped) or ``menagerie:<dir>/<file>``."""
-    if not path:
-        raise ValueError("robot.mjcf is empty: give a path, robopt:<name> or menagerie:<dir>/<file>")
-    if path.startswith("robopt:"):
-        name = path[len("robopt:") :]
-        shipped = shipped_robots()
-        if name not in shipped:
-            raise ValueError(f"robot.mjcf={path!r}: no shipped robot {name!r}; shipped: {', '.join(shipped)}")
-        return ASSETS / name / f"{name}.xml"
-    if path.startswith("menagerie:"):
-        return _menagerie(path)
-    resolved = Path(path).expanduser()
-    if not resolved.is_file():
-        raise ValueError(f"robot.mjcf={path!r}: file not found")
-    return resolved
-
-
-def _menagerie(path: str) -> Path:
-    relative = path[len("menagerie:") :]
-    root = os.environ.get("MENAGERIE_ROOT")
-    if root:
-        candidate = Path(root) / relative
-        if not candidate.is_file():
-            raise ValueError(f"robot.mjcf={path!r}: {candidate} not found under MENAGERIE_ROOT={root}")
-        return candidate
-    try:
-        import mujoco_menagerie  # noqa: F401  (fetches models on first use; needs the network)
-    except ImportError:
-        raise ValueError(
-            f"robot.mjcf={path!r}: set MENAGERIE_ROOT to a local copy of mujoco_menagerie, or pip install "
-            "mujoco-menagerie (it downloads each robot on first use)"
-        ) from None
-    from mujoco_menagerie import get_model_path  # type: ignore[attr-defined]
-
-    try:
-        return Path(get_model_path(relative))
-    except Exception as error:  # noqa: BLE001  (the package's network or lookup failure: one line)
-        raise ValueError(f"robot.mjcf={path!r}: mujoco-menagerie could not provide it ({error})") from None
-
-
-def load_spec(path: Path) -> mujoco.MjSpec:
-    """Parse an MJCF or URDF file; MuJoCo's parse error as one line."""
-    try:
-        return mujoco.MjSpec.from_file(str(path))
-    except ValueError as error:
-        raise ValueError(f"robot.mjcf={str(path)!r}: MuJoCo cannot read it: {_first_line(error)}") from None
-
-
-def compile_spec(spec: mujoco.MjSpec, path: Path) -> mujoco.MjModel:
-    """Compile; MuJoCo's compile error (a missing mesh, a bad attribute) as one line."""
-    try:
-        return spec.compile()
-    except ValueError as error:
-        raise ValueError(f"robot.mjcf={str(path)!r}: MuJoCo cannot compile it: {_first_line(error)}") from None
-
-
-def _first_line(error: Exception) -> str:
-    text = " ".join(str(error).split())
-    return text.removeprefix("Error: ")
-
-
-def _names(model: mujoco.MjModel, kind: mujoco.mjtObj, count: int) -> list[str]:
-    return [mujoco.mj_id2name(model, kind, i) or "" for i in range(count)]
-
-
-def match_all(key: str, patterns, names: list[str], what: str) -> dict[str, list[int]]:
-    """Indices of ``names`` each regular expression fully matches; one that matches none is a ValueError."""
-    matched = {}
-    for pattern in patterns:
-        try:
-            regex = re.compile(pattern)
-        except re.error as error:
-            raise ValueError(f"{key}: {pattern!r} is not a regular expression ({error})") from None
-        hits = [i for i, name in enumerate(names) if name and regex.fullmatch(name)]
-        if not hits:
-            listed = ", ".join(name for name in names if name) or "(none named)"
-            plural = what[:-1] + "ies" if what.endswith("y") else what + "s"
-            raise ValueError(f"{key}: {pattern!r} matches no {what}; {plural}: {listed}")
-        matched[pattern] = hits
-    return matched
-
-
-_MOVABLE = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
-
-
-def _movable(model: mujoco.MjModel, names: list[str]) -> list[str]:
-    """Joint names with '' for the joints an actuator cannot drive alone (free, ball)."""
-    return [name if int(model.jnt_type[i]) in _MOVABLE else "" for i, name in enumerate(names)]
-
-
 def _joint_settings(config: RobotConfig, model: mujoco.MjModel) -> tuple[list[int], dict[int, dict]]:
     """The actuated joints (model order) and each one's settings; a joint matched twice is a ValueError."""
-    names = _names(model, mujoco.mjtObj.mjOBJ_JOINT, model.njnt)
-    movable = _movable(model, names)
-    matched = match_all("robot.joints", config.joints, movable, "hinge or slide joint")
+    names = names_of(model, mujoco.mjtObj.mjOBJ_JOINT, model.njnt)
+    matched = match_all("robot.joints", config.joints, movable(model, names), "hinge or slide joint")
     settings: dict[int, dict] = {}
     for pattern, hits in matched.items():
         for joint in hits:
@@ -197,9 +92,9 @@ def _joint_settings(config: RobotConfig, model: mujoco.MjModel) -> tuple[list[in
 def _default_pose(config: RobotConfig, model: mujoco.MjModel) -> np.ndarray:
     """qpos0 with the joints of ``default_pose`` set; a value outside a limited joint's range is a ValueError."""
     qpos = model.qpos0.copy()
-    names = _names(model, mujoco.mjtObj.mjOBJ_JOINT, model.njnt)
-    movable = _movable(model, names)
-    for pattern, hits in match_all("robot.default_pose", config.default_pose, movable, "hinge or slide joint").items():
+    names = names_of(model, mujoco.mjtObj.mjOBJ_JOINT, model.njnt)
+    drivable = movable(model, names)
+    for pattern, hits in match_all("robot.default_pose", config.default_pose, drivable, "hinge or slide joint").items():
         value = float(config.default_pose[pattern])
         for joint in hits:
             low, high = model.jnt_range[joint]
@@ -212,7 +107,7 @@ def _default_pose(config: RobotConfig, model: mujoco.MjModel) -> np.ndarray:
 
 def _base(config: RobotConfig, model: mujoco.MjModel) -> int:
     """The base body: ``robot.base`` or the world's first child."""
-    names = _names(model, mujoco.mjtObj.mjOBJ_BODY, model.nbody)
+    names = names_of(model, mujoco.mjtObj.mjOBJ_BODY, model.nbody)
     if not config.base:
         children = [i for i in range(1, model.nbody) if model.body_parentid[i] == 0]
         if not children:
@@ -322,136 +217,6 @@ def _native_actuators(model: mujoco.MjModel) -> tuple[list[int], dict]:
                     "effort": [0.0] * size}  # fmt: skip
 
 
-class _Sensors:
-    """Sensors added in groups; after compiling, each group's slice of ``sensordata``."""
-
-    def __init__(self, spec: mujoco.MjSpec) -> None:
-        self.spec, self.groups = spec, {}
-
-    def add(self, group: str, kind: str, objtype: mujoco.mjtObj, objname: str, intprm=None, **ref) -> None:
-        name = f"robopt_{group}_{len(self.groups.get(group, []))}".replace(":", "_").replace("|", "_")
-        sensor = self.spec.add_sensor(name=name, type=getattr(mujoco.mjtSensor, kind), objtype=objtype,
-                                      objname=objname, **ref)  # fmt: skip
-        if intprm is not None:
-            sensor.intprm = list(intprm) + [0] * (len(sensor.intprm) - len(intprm))
-        self.groups.setdefault(group, []).append(name)
-
-    def slices(self, model: mujoco.MjModel) -> dict[str, slice]:
-        out = {}
-        for group, names in self.groups.items():
-            ids = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SENSOR, name) for name in names]
-            start = int(model.sensor_adr[ids[0]])
-            stop = int(model.sensor_adr[ids[-1]] + model.sensor_dim[ids[-1]])
-            assert stop - start == int(model.sensor_dim[ids].sum()), f"sensor group {group} is not contiguous"
-            out[group] = slice(start, stop)
-        return out
-
-
-def _site_on(spec: mujoco.MjSpec, model: mujoco.MjModel, body: int, name: str, pos=(0.0, 0.0, 0.0)) -> str:
-    body_name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, body)
-    spec.body(body_name).add_site(name=name, pos=list(pos), size=[0.005, 0.005, 0.005], group=4)
-    return name
-
-
-def _imu(spec, model, config: RobotConfig, base: int, sensors: _Sensors) -> None:
-    """An IMU (orientation, gyro, velocimeter) at ``robot.imu`` or a site added at the base's origin."""
-    sites = _names(model, mujoco.mjtObj.mjOBJ_SITE, model.nsite)
-    if config.imu:
-        if config.imu not in sites:
-            raise ValueError(
-                f"robot.imu={config.imu!r}: no such site; sites: {', '.join(s for s in sites if s) or '(none)'}"
-            )
-        site = config.imu
-    else:
-        site = _site_on(spec, model, base, "robopt_imu")
-    site_type = mujoco.mjtObj.mjOBJ_SITE
-    sensors.add("imu_quat", "mjSENS_FRAMEQUAT", site_type, site)
-    sensors.add("imu_gyro", "mjSENS_GYRO", site_type, site)
-    sensors.add("imu_linvel", "mjSENS_VELOCIMETER", site_type, site)
-
-
-def _feet(spec, model, config: RobotConfig, floor: str, sensors: _Sensors) -> tuple[list[str], list[float]]:
-    """A site, world position and velocity and a contact (found, net force) per foot geom or body."""
-    if not config.feet:
-        return [], []
-    geoms = _names(model, mujoco.mjtObj.mjOBJ_GEOM, model.ngeom)
-    bodies = _names(model, mujoco.mjtObj.mjOBJ_BODY, model.nbody)
-    names, radii, sites, kinds = [], [], [], []
-    for pattern in config.feet:
-        regex = re.compile(pattern)
-        geom_hits = [i for i, name in enumerate(geoms) if name and regex.fullmatch(name)]
-        body_hits = [i for i, name in enumerate(bodies) if name and i > 0 and regex.fullmatch(name)]
-        if not geom_hits and not body_hits:
-            listed = ", ".join(n for n in geoms if n) or "(none named)"
-            raise ValueError(f"robot.feet: {pattern!r} matches no geom or body; geoms: {listed}")
-        for index in geom_hits or body_hits:
-            if geom_hits:
-                name, objtype = geoms[index], mujoco.mjtObj.mjOBJ_GEOM
-                body, pos = int(model.geom_bodyid[index]), model.geom_pos[index]
-                sphere_like = int(model.geom_type[index]) in (
-                    int(mujoco.mjtGeom.mjGEOM_SPHERE),
-                    int(mujoco.mjtGeom.mjGEOM_CAPSULE),
-                )
-                radii.append(float(model.geom_size[index, 0]) if sphere_like else 0.0)
-            else:
-                name, objtype, body, pos = bodies[index], mujoco.mjtObj.mjOBJ_BODY, index, (0.0, 0.0, 0.0)
-                radii.append(0.0)
-            sites.append(_site_on(spec, model, body, f"robopt_foot_{len(names)}", pos))
-            names.append(name)
-            kinds.append(objtype)
-    for site in sites:  # each group's sensors side by side in sensordata
-        sensors.add("feet_pos", "mjSENS_FRAMEPOS", mujoco.mjtObj.mjOBJ_SITE, site)
-    for site in sites:
-        sensors.add("feet_vel", "mjSENS_FRAMELINVEL", mujoco.mjtObj.mjOBJ_SITE, site)
-    ref = {"reftype": mujoco.mjtObj.mjOBJ_GEOM, "refname": floor} if floor else {}
-    for name, objtype in zip(names, kinds, strict=True):
-        sensors.add("feet_contact", "mjSENS_CONTACT", objtype, name,
-                    (_CONTACT_FOUND | _CONTACT_FORCE, _REDUCE_NETFORCE, 1), **ref)  # fmt: skip
-    return names, radii
-
-
-def _contact_groups(spec, model, groups, feet: list[str], sensors: _Sensors) -> None:
-    """One contact sensor (number of contacts) per colliding geom of the bodies of each group (body regular
-    expressions), the feet left out: a foot geom inside a calf body touches the floor at every step."""
-    bodies = _names(model, mujoco.mjtObj.mjOBJ_BODY, model.nbody)
-    geoms = _names(model, mujoco.mjtObj.mjOBJ_GEOM, model.ngeom)
-    for group, key in groups.items():
-        hits = match_all(key, group, [name if i > 0 else "" for i, name in enumerate(bodies)], "body")
-        matched = {index for indices in hits.values() for index in indices}
-        for geom in range(model.ngeom):
-            colliding = model.geom_contype[geom] or model.geom_conaffinity[geom]
-            if model.geom_bodyid[geom] not in matched or not colliding or (geoms[geom] and geoms[geom] in feet):
-                continue
-            name = geoms[geom] or _name_geom(spec, model, geom)
-            sensors.add(contact_key(tuple(group)), "mjSENS_CONTACT", mujoco.mjtObj.mjOBJ_GEOM, name,
-                        (_CONTACT_FOUND, 0, 1))  # fmt: skip
-        if contact_key(tuple(group)) not in sensors.groups:
-            raise ValueError(f"{key}: bodies {list(group)} have no colliding geoms besides the feet")
-
-
-def _name_geom(spec, model, geom: int) -> str:
-    """Name an unnamed geom of the spec (the spec's geoms are in the model's order) so a sensor can refer to it."""
-    name = f"robopt_geom_{geom}"
-    spec.geoms[geom].name = name
-    return name
-
-
-def _end_effector(spec, model, config: RobotConfig, sensors: _Sensors) -> None:
-    """World position and orientation of ``robot.end_effector`` (a site, or a body's origin)."""
-    sites = _names(model, mujoco.mjtObj.mjOBJ_SITE, model.nsite)
-    bodies = _names(model, mujoco.mjtObj.mjOBJ_BODY, model.nbody)
-    name = config.end_effector
-    if name in sites:
-        site = name
-    elif name in bodies[1:]:
-        site = _site_on(spec, model, bodies.index(name), "robopt_end_effector")
-    else:
-        raise ValueError(f"robot.end_effector={name!r}: no such site or body; sites: "
-                         f"{', '.join(s for s in sites if s) or '(none)'}")  # fmt: skip
-    sensors.add("ee_pos", "mjSENS_FRAMEPOS", mujoco.mjtObj.mjOBJ_SITE, site)
-    sensors.add("ee_quat", "mjSENS_FRAMEQUAT", mujoco.mjtObj.mjOBJ_SITE, site)
-
-
 def _camera(spec, model, base: int, floating: bool) -> None:
     """A ``track`` camera on the base (following its centre of mass when it walks), unless the model has one."""
     if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, "track") >= 0:
@@ -494,15 +259,15 @@ def build_robot(config: RobotConfig, contact_groups: dict | None = None, end_eff
         action_type = config.action
     _set_options(spec, config)
     floor = _add_floor(spec, model, config)
-    sensors = _Sensors(spec)
+    sensors = Sensors(spec)
     if free_joint >= 0:
-        _imu(spec, model, config, base, sensors)
-    foot_names, foot_radius = _feet(spec, model, config, floor, sensors)
-    _contact_groups(spec, model, contact_groups or {}, foot_names, sensors)
+        add_imu(spec, model, config, base, sensors)
+    foot_names, foot_radius = add_feet(spec, model, config, floor, sensors)
+    add_contact_groups(spec, model, contact_groups or {}, foot_names, sensors)
     if end_effector or config.end_effector:
         if not config.end_effector:
             raise ValueError("the task's pose terms need robot.end_effector (a site or body of the arm's tip)")
-        _end_effector(spec, model, config, sensors)
+        add_end_effector(spec, model, config, sensors)
     if config.gravity_compensation:
         for body in spec.bodies[1:]:
             body.gravcomp = 1.0
