@@ -32,7 +32,11 @@ class SACConfig:
     learning_rate: float = option(3e-4, "Adam learning rate of actor, critics and temperature")
     gamma: float = option(0.99, "discount factor")
     tau: float = option(0.005, "Polyak factor of the target critics")
-    ent_coef: float = option(0.0, "fixed entropy temperature alpha; 0 tunes it automatically (init 1.0)")
+    ent_coef: float = option(0.0, "fixed entropy temperature alpha; 0 tunes it automatically from ent_coef_init")
+    ent_coef_init: float = option(
+        1.0, "automatic temperature's initial alpha (SB3's auto_<init>); lower it when rewards per step are small "
+        "(a robot task's weights times dt), or the entropy bonus rules the first updates"
+    )  # fmt: skip
     target_entropy: float = option(0.0, "target entropy of the automatic temperature; 0 means -action_dim")
     critic_hidden: tuple[int, ...] = option((256, 256), "hidden widths of each Q network")
     critic_activation: str = option("relu", "hidden activation of the Q networks", ("tanh", "relu", "elu", "silu"))
@@ -47,6 +51,8 @@ class SACConfig:
         check_rates(self)
         if self.ent_coef < 0.0:
             raise ValueError(f"ent_coef must be >= 0 (0: automatic), got {self.ent_coef}")
+        if not self.ent_coef_init > 0.0:
+            raise ValueError(f"ent_coef_init must be > 0, got {self.ent_coef_init}")
 
 
 class SAC:
@@ -59,9 +65,9 @@ class SAC:
         self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate, fused=True)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate, fused=True)
         self.auto_temperature = config.ent_coef == 0.0
-        self.log_alpha = torch.zeros((), device=device, requires_grad=self.auto_temperature)
-        if not self.auto_temperature:
-            self.log_alpha.fill_(float(torch.log(torch.tensor(config.ent_coef))))
+        initial = config.ent_coef_init if self.auto_temperature else config.ent_coef
+        log_initial = float(torch.log(torch.tensor(initial)))  # in float32, as alpha is kept
+        self.log_alpha = torch.full((), log_initial, device=device, requires_grad=self.auto_temperature)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.learning_rate, fused=True)
         self.target_entropy = config.target_entropy or -float(action_dim)
         self.compiled = CompiledSACUpdate(self) if config.compile else None
