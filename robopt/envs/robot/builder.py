@@ -19,60 +19,19 @@ limited to +-effort / scale.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import mujoco
 import numpy as np
 import torch
 
 from robopt.envs.robot.config import RobotConfig
 from robopt.envs.robot.mjcf import compile_spec, load_spec, match_all, movable, names_of, resolve_mjcf
+from robopt.envs.robot.model import RobotModel
 from robopt.envs.robot.sensors import Sensors, add_contact_groups, add_end_effector, add_feet, add_imu
 
 _INTEGRATORS = {"euler": "mjINT_EULER", "implicit": "mjINT_IMPLICIT", "implicitfast": "mjINT_IMPLICITFAST",
                 "rk4": "mjINT_RK4"}  # fmt: skip
 _SOLVERS = {"newton": "mjSOL_NEWTON", "cg": "mjSOL_CG", "pgs": "mjSOL_PGS"}
 _CONES = {"pyramidal": "mjCONE_PYRAMIDAL", "elliptic": "mjCONE_ELLIPTIC"}
-
-
-@dataclass(frozen=True)
-class RobotModel:
-    """The compiled model and the index tables terms read through ``Signals`` (tensors on CPU)."""
-
-    model: mujoco.MjModel
-    name: str
-    joint_names: tuple[str, ...]
-    qpos_index: torch.Tensor  # [A] long
-    dof_index: torch.Tensor  # [A] long
-    actuator_index: torch.Tensor  # [A] long: the actuator driving each action
-    joint_range: torch.Tensor  # [A, 2] float64, +-inf where unlimited
-    default_pose: torch.Tensor  # [A] float64
-    action_type: str  # joint_position, joint_effort, or native (the description's own actuators)
-    action_scale: torch.Tensor  # [A]
-    action_offset: torch.Tensor  # [A]: target (or torque) = offset + scale * action
-    kp: torch.Tensor  # [A] (0 for effort or native)
-    kd: torch.Tensor  # [A]
-    effort: torch.Tensor  # [A] (0: unlimited)
-    control_dt: float
-    decimation: int
-    free_qpos: int  # qpos address of a floating base's free joint, -1 for a fixed base
-    free_dof: int
-    base_body: int
-    base_world_pos: torch.Tensor  # [3] (a fixed base's place in the world)
-    base_world_quat: torch.Tensor  # [4]
-    foot_names: tuple[str, ...]
-    foot_radius: torch.Tensor  # [F]
-    end_effector: str
-    sensors: dict[str, slice] = field(default_factory=dict)
-    init_qpos: torch.Tensor = None  # [Q] float64: the default pose at the reset height
-
-    @property
-    def num_feet(self) -> int:
-        return len(self.foot_names)
-
-    @property
-    def floating(self) -> bool:
-        return self.free_qpos >= 0
 
 
 def _joint_settings(config: RobotConfig, model: mujoco.MjModel) -> tuple[list[int], dict[int, dict]]:

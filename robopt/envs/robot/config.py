@@ -111,6 +111,10 @@ class TaskConfig:
     observations: dict = option({}, "policy observation terms in order: name -> {scale, noise, bias, clip, params}")
     critic: dict = option({}, "privileged observation terms only the critic sees (with critic.privileged: true)")
     rewards: dict = option({}, "reward terms: name -> {weight, params}; reward = sum(weight * term) * control period")
+    rewards_per_second: bool = option(
+        True, "weights are per second: the weighted sum is multiplied by the control period (Isaac Lab's and "
+        "mjlab's convention); false: per step (an off-policy learner's critics prefer rewards near 1 per step)"
+    )  # fmt: skip
     terminations: dict = option({}, "termination terms: name -> {params}; the time limit truncates instead")
     reset: dict = option(
         {}, "reset spread: joint_pos [lo, hi] (rad, added), base_yaw (rad, +-), base_xy (m, +-), base_velocity "

@@ -6,8 +6,9 @@ import torch
 
 from robopt.config import build_dataclass
 from robopt.envs.native_env import NativeVecEnv, make_physics, pop_backend_options
-from robopt.envs.robot.builder import RobotModel, build_robot
+from robopt.envs.robot.builder import build_robot
 from robopt.envs.robot.config import ROBOT_ENV_ID, RobotConfig, TaskConfig, parse_task_terms
+from robopt.envs.robot.model import RobotModel
 from robopt.envs.robot.task import TermTask
 
 ENV_OPTIONS = ("seed", "randomization", "max_episode_steps")

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from robopt.envs.robot.builder import RobotModel
-    from robopt.envs.robot.task import Context
+    from robopt.envs.robot.context import Context
+    from robopt.envs.robot.model import RobotModel
 
 
 def quat_rotate(quat: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:

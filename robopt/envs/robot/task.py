@@ -13,40 +13,16 @@ and ``truncated`` at the time limit (the env's ``max_episode_steps``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from robopt.envs.robot.builder import RobotModel
 from robopt.envs.robot.commands import Command, parse_command
 from robopt.envs.robot.config import TaskConfig, parse_task_terms
+from robopt.envs.robot.context import Context
+from robopt.envs.robot.model import RobotModel
 from robopt.envs.robot.signals import Signals, quat_multiply, yaw_quat
 from robopt.envs.robot.terms import Term
 
 FIELDS = ("qpos", "qvel", "sensordata", "actuator_force")
-
-
-@dataclass
-class Context:
-    """The per-env state of a term task (tensors on the physics device, in the state's dtype)."""
-
-    command: torch.Tensor  # [N, C]
-    command_timer: torch.Tensor  # [N] control steps left before the next draw
-    action: torch.Tensor  # [N, A] this step's action (clipped), zeros before the first
-    previous_action: torch.Tensor  # [N, A]
-    previous_joint_vel: torch.Tensor  # [N, A]
-    air_time: torch.Tensor  # [N, F] seconds since each foot left the ground
-    landed_air_time: torch.Tensor  # [N, F] air time of the feet that touched down this step
-    in_contact: torch.Tensor  # [N, F] bool
-    bias: torch.Tensor  # [N, D] per-episode observation offsets
-    history: torch.Tensor  # [N, K, D] the last K observation frames, oldest first
-
-    def state_dict(self) -> dict:
-        return {name: value.detach().cpu().clone() for name, value in vars(self).items()}
-
-    def load_state_dict(self, state: dict) -> None:
-        for name, value in state.items():
-            getattr(self, name).copy_(value)
 
 
 class TermTask:
@@ -174,7 +150,7 @@ class TermTask:
         return state["qpos"].new_zeros(state["qpos"].shape[0], 0)
 
     def reward(self, state, action, position_before, dt):
-        """sum_i weight_i * term_i * dt [N] and terminated [N] (any termination term)."""
+        """sum_i weight_i * term_i * dt [N] (without dt: ``rewards_per_second: false``) and terminated [N]."""
         signals = Signals(state, self.robot, self.context)
         terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         log: dict[str, torch.Tensor] = {}
@@ -184,8 +160,9 @@ class TermTask:
             log[f"terminated/{term.name}"] = ended.to(self.dtype).mean()
         signals.terminated = terminated
         total = torch.zeros(self.num_envs, device=self.device, dtype=self.dtype)
+        scale = self.dt if self.config.rewards_per_second else 1.0
         for term in self.reward_terms:
-            value = term.weight * self.dt * term.fn(signals, **term.params)
+            value = term.weight * scale * term.fn(signals, **term.params)
             total = total + value
             log[f"reward/{term.name}"] = value.mean()
         if self.command is not None and self.command.kind == "velocity":
