@@ -138,12 +138,11 @@ def pretrain(
 
 def _run(config, overrides, resume, no_progress, kind: str | None = None) -> None:
     """``train`` and ``pretrain``: load the config (or the run to resume), check its kind, run it."""
-    from robopt.algorithms import ALGORITHMS
     from robopt.algorithms.onpolicy import NonFiniteError
     from robopt.build import LAST_CHECKPOINT
     from robopt.config import config_to_dict
     from robopt.distributed import RankLost
-    from robopt.experiment import load_config, load_run_config
+    from robopt.experiment import FEATURES, load_config, load_run_config
     from robopt.runner import train as run_training
 
     try:
@@ -165,8 +164,8 @@ def _run(config, overrides, resume, no_progress, kind: str | None = None) -> Non
             experiment = load_config(config, overrides or [])
         if kind is not None:
             algo_name = config_to_dict(experiment)["algo"]["name"]
-            if ALGORITHMS[algo_name].kind != kind:
-                allowed = ", ".join(sorted(name for name, spec in ALGORITHMS.items() if spec.kind == kind))
+            if FEATURES.algorithms[algo_name].kind != kind:
+                allowed = ", ".join(sorted(name for name, spec in FEATURES.algorithms.items() if spec.kind == kind))
                 _fail(f"robopt {kind} runs {allowed}; algo.name={algo_name} is trained with `robopt train`")
         result = run_training(experiment, resume_dir=resume, progress=False if no_progress else None)
     except ConfigError as error:
@@ -205,6 +204,7 @@ def evaluate(
     """Mean and std of the deterministic policy's return over N episodes (language runs: held-out accuracy)."""
     if video is not None and sys.platform.startswith("linux"):  # headless OpenGL; read when mujoco is first imported
         os.environ.setdefault("MUJOCO_GL", "egl")
+    import robopt.experiment  # noqa: F401  (the composition root: the run's config sections)
     from robopt.evaluation import evaluate_run, record_video
 
     try:
@@ -290,17 +290,14 @@ def collect(
 @app.command("list")
 def list_registered() -> None:
     """Registered envs, backends, policies and algorithms."""
-    import robopt.experiment  # noqa: F401  (registers every feature's section and loop kind)
-    from robopt.algorithms import ALGORITHMS, LOOP_KINDS
-    from robopt.config import registered_sections
-    from robopt.envs import BACKENDS, list_env_ids
-    from robopt.policies import POLICIES
+    from robopt.envs import list_env_ids
+    from robopt.experiment import FEATURES
 
-    typer.echo("config sections: env, log (core); " + ", ".join(registered_sections()))
-    typer.echo("run kinds:  " + ", ".join(LOOP_KINDS))
-    typer.echo("algorithms: " + ", ".join(f"{k} ({v.summary})" for k, v in sorted(ALGORITHMS.items())))
-    typer.echo("policies:   " + ", ".join(f"{k} ({v.summary})" for k, v in sorted(POLICIES.items())))
-    typer.echo("backends:   " + ", ".join(BACKENDS))
+    typer.echo("config sections: env, log (core); " + ", ".join(section.name for section in FEATURES.sections))
+    typer.echo("run kinds:  " + ", ".join(FEATURES.loop_kinds))
+    typer.echo("algorithms: " + ", ".join(f"{k} ({v.summary})" for k, v in sorted(FEATURES.algorithms.items())))
+    typer.echo("policies:   " + ", ".join(f"{k} ({v.summary})" for k, v in sorted(FEATURES.policies.items())))
+    typer.echo("backends:   " + ", ".join(FEATURES.env_backends))
     typer.echo("native envs: " + (", ".join(list_env_ids()) or "(none)"))
     typer.echo("gymnasium:  any registered Gymnasium id with Box spaces, e.g. HalfCheetah-v5, Hopper-v5, Pendulum-v1")
     from robopt.envs.robot.library import describe

@@ -4,12 +4,15 @@ Every field has a default and a one-line doc (``metadata['doc']``); string field
 values list them in ``metadata['choices']``. Any unknown key or bad value raises ``ConfigError`` whose
 one-line message names the key, the value and what is allowed.
 
-This module is the core that knows no feature (DESIGN.md section 8). ``ExperimentConfig`` holds what every
-run has (name, seed, budget, device, env, logging, where it starts from); every other section is registered
-by the feature it belongs to with ``register_section``: the algorithms register ``algo`` and ``rollout``, the
-policies ``policy`` and ``critic``, the fleet ``fleet``. A section is read as an attribute (``config.algo``).
-A section may claim the run's kind (``runs_as``: the fleet turns a SAC run into a fleet run); the runner
-dispatches on that. ``robopt.experiment`` imports every feature, so configs loaded through it know them all.
+This module is the core that knows no feature (DESIGN.md sections 8 and 9). ``ExperimentConfig`` holds what
+every run has (name, seed, budget, device, env, logging, where it starts from); every other section (``algo``,
+``rollout``, ``policy``, ``critic``, ``fleet``, ``robot``, ``task``) is a ``Section`` that the composition root,
+``robopt.experiment``, lists in one table and installs here with ``use_sections``; no feature registers itself.
+A section is read as an attribute (``config.algo``). A section may claim the run's kind (``runs_as``: the fleet
+turns a SAC run into a fleet run) and name the loop builder of that kind (``loop``); the builder dispatches on it.
+
+A config file may start from another: ``extends: base.yaml`` (a path relative to the file) reads the base first;
+mappings merge key by key, and a section whose ``name`` differs from the base's replaces it whole.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,9 +40,11 @@ __all__ = [
     "config_to_dict",
     "describe_fields",
     "load_config",
+    "load_run_config",
     "option",
-    "register_section",
+    "read_config_file",
     "registered_sections",
+    "use_sections",
 ]
 
 
@@ -82,8 +87,9 @@ class Section:
 
     ``choices`` is the feature's own registry (name -> dataclass), read when a config is built, so entries
     registered later are seen. ``noun`` names a choice in messages ("algorithm"). ``runs_as(config)`` returns
-    the kind of loop this section makes the run (or None): the runner dispatches on it. ``env_options(config)``
-    returns keyword options this section gives the env's constructor (the robot's description and task), or {}.
+    the kind of loop this section makes the run (or None), and ``loop(config, initialize)`` builds that loop: the
+    builder dispatches on them. ``env_options(config)`` returns keyword options this section gives the env's
+    constructor (the robot's description and task), or {}.
     """
 
     name: str
@@ -93,6 +99,7 @@ class Section:
     default: str = ""
     noun: str = ""
     runs_as: Callable[[Any], str | None] | None = None
+    loop: Callable[..., Any] | None = None
     env_options: Callable[[Any], dict] | None = None
 
     def default_value(self) -> Any:
@@ -108,13 +115,20 @@ class Section:
 _SECTIONS: dict[str, Section] = {}
 
 
-def register_section(section: Section) -> None:
-    """Add a feature's section to every ``ExperimentConfig`` (its default value when a config omits it)."""
-    if section.name in _CORE_FIELDS:
-        raise ValueError(f"config section {section.name!r} would shadow a core field")
-    if (section.config_cls is None) == (section.choices is None):
-        raise ValueError(f"config section {section.name!r}: give config_cls or choices, not both")
-    _SECTIONS[section.name] = section
+def use_sections(sections: Iterable[Section]) -> None:
+    """Make ``sections`` the feature sections of every ``ExperimentConfig`` (in this order; each takes its default
+    value when a config omits it). Called once, by the composition root ``robopt.experiment``."""
+    table = {}
+    for section in sections:
+        if section.name in _CORE_FIELDS:
+            raise ValueError(f"config section {section.name!r} would shadow a core field")
+        if (section.config_cls is None) == (section.choices is None):
+            raise ValueError(f"config section {section.name!r}: give config_cls or choices, not both")
+        if section.name in table:
+            raise ValueError(f"config section {section.name!r} is listed twice")
+        table[section.name] = section
+    _SECTIONS.clear()
+    _SECTIONS.update(table)
 
 
 def registered_sections() -> dict[str, Section]:
@@ -231,6 +245,8 @@ def build_dataclass(cls: type, data: dict | None, prefix: str = "") -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     names = set(fields)
     if cls is ExperimentConfig:  # sections are keys of the config; ``sections`` itself is not
+        if not _SECTIONS:
+            raise ConfigError("no config sections are installed: import robopt.experiment (the composition root) first")
         names = (names - {"sections"}) | set(_SECTIONS)
     unknown = sorted(set(data) - names)
     if unknown:
@@ -336,6 +352,14 @@ def _merge(base: dict, override: dict) -> dict:
         else:
             merged[key] = value
     return merged
+
+
+def load_run_config(run_dir: str | Path) -> ExperimentConfig:
+    """The resolved config saved in a run directory (``config.yaml``); a missing one is a one-line ConfigError."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
+    return build_dataclass(ExperimentConfig, yaml.safe_load(path.read_text()))
 
 
 def config_to_dict(config: Any) -> dict:
