@@ -209,8 +209,8 @@ def evaluate(
 
     try:
         if pass_k:  # checked before the greedy pass: a bad --pass-k costs nothing
+            from robopt.commands.pass_at_k import check_pass_k
             from robopt.experiment import load_run_config
-            from robopt.llm.evaluation import check_pass_k
 
             check_pass_k(load_run_config(run_dir).env.id, pass_k)
         result = evaluate_run(run_dir, episodes, seed)
@@ -220,7 +220,7 @@ def evaluate(
                f"(mean length {result.mean_length:.0f})"
                + ("" if result.success_rate is None else f", success rate {result.success_rate:.2f}"))  # fmt: skip
     if pass_k:
-        from robopt.llm.evaluation import pass_at_k
+        from robopt.commands.pass_at_k import pass_at_k
 
         try:
             value = pass_at_k(run_dir, episodes, pass_k, seed)
@@ -269,7 +269,7 @@ def collect(
     no_progress: bool = typer.Option(False, "--no-progress", help="no live progress bar"),
 ) -> None:
     """Record demonstrations of a trained run (or a scripted expert) as a Minari dataset."""
-    from robopt.data.collect import collect as collect_demonstrations
+    from robopt.commands.collect import collect as collect_demonstrations
 
     if episodes is None:
         _fail("missing --episodes N (the number of episodes to record)")
