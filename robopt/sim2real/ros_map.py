@@ -45,17 +45,10 @@ from robopt.sim2real.ros_messages import (
     parse_field_type,
     short_type_name,
 )
+from robopt.sim2real.transport import QOS_PROFILES, RELIABILITY, Qos
 
-QOS_PROFILES = {"sensor_data": ("best_effort", 5), "reliable": ("reliable", 10), "default": ("reliable", 10)}
-RELIABILITY = ("reliable", "best_effort")
 STAMPS = ("header", "receive")
 ELEMENT_TRANSFORMS = ("identity", "cos", "sin", "gravity")
-
-
-@dataclass(frozen=True)
-class Qos:
-    reliability: str = "best_effort"
-    depth: int = 5
 
 
 @dataclass(frozen=True)

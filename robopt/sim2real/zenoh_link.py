@@ -19,10 +19,9 @@ import threading
 import time
 
 from robopt.options import ConfigError
-from robopt.sim2real.topic_robot import Notices
+from robopt.sim2real.transport import NO_SUBSCRIBER_NOTICE_S, Notices, note_no_subscriber
 
 QUEUE_LIMIT = 4096  # received samples kept between two polls (the oldest go first)
-NO_SUBSCRIBER_NOTICE_S = 2.0
 MODES = ("peer", "client")
 
 
@@ -124,11 +123,7 @@ class ZenohLink:
             return True
 
     def publish(self, topic: str, payload: bytes) -> bool:
-        if time.monotonic() - self._start > NO_SUBSCRIBER_NOTICE_S and not self.matched(topic):
-            with self._lock:
-                self.counters["no_subscriber"] += 1
-            self.notices.once(f"subscriber:{topic}", f"{topic} has no subscriber: messages are sent but nobody "
-                                                     "receives them")  # fmt: skip
+        note_no_subscriber(self, topic, lambda: self.matched(topic), NO_SUBSCRIBER_NOTICE_S)
         try:
             self.publishers[topic].put(payload)
         except Exception:
