@@ -164,8 +164,9 @@ WARM_START_MODULES = ("critic", "target_critic", "value")
 def initialize_critics(algorithm, config: ExperimentConfig) -> list[str]:
     """Warm-start an off-policy algorithm's critics (Q, target Q, V) from ``config.init_critic_from``'s (else
     ``init_from``'s) checkpoint when it has them (an IQL, FQL, QGF, SAC or TD3 run): offline pretraining, then
-    online fine-tuning. Returns what was loaded; a critic of another size is a one-line error. A source without
-    critics (behaviour cloning) loads none."""
+    online fine-tuning. Returns what was loaded; a critic of another size is a one-line error. An ``init_from``
+    source without critics (behaviour cloning) loads none; an explicit ``init_critic_from`` that holds none of this
+    algorithm's critics (a PPO run) is a one-line error."""
     run_dir = Path(config.init_critic_from or config.init_from)
     if not (run_dir / LAST_CHECKPOINT).is_file():
         raise ConfigError(f"init_critic_from={str(run_dir)!r} is not a run directory with a checkpoint")
@@ -184,7 +185,24 @@ def initialize_critics(algorithm, config: ExperimentConfig) -> list[str]:
                 f"critics differ?): {first}"
             ) from None
         loaded.append(name)
+    if not loaded and config.init_critic_from:  # asked for explicitly: loading nothing is an error, not a no-op
+        source = _source_algorithm(run_dir)
+        raise ConfigError(
+            f"init_critic_from={config.init_critic_from!r} holds no Q critics ({', '.join(WARM_START_MODULES)}: "
+            f"none found{f'; it is a {source} run' if source else ''}); give an off-policy run (IQL, FQL, QGF, "
+            "SAC, TD3...) or drop init_critic_from"
+        )
     return loaded
+
+
+def _source_algorithm(run_dir: Path) -> str:
+    """``algo.name`` of a run directory's saved config, read as plain YAML; '' when there is none."""
+    try:
+        data = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return ""
+    algo = data.get("algo") if isinstance(data, dict) else None
+    return str(algo.get("name", "")) if isinstance(algo, dict) else ""
 
 
 def _source_identity(run_dir: Path) -> tuple[str, str] | None:
@@ -272,7 +290,10 @@ def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, col
         loop = spec.build(config, env, policy, seed=rank_seed, collective=collective)
         if spec.kind == "off_policy":
             if initialize and (config.init_from or config.init_critic_from):
-                initialize_critics(loop.algorithm, config)
+                loaded = initialize_critics(loop.algorithm, config)
+                if not loaded and collective.rank == 0:  # a behaviour-cloning source: said once, the run goes on
+                    print(f"robopt: init_from={config.init_from!r} holds no Q critics (a behaviour-cloning run?): "
+                          "the critics start fresh", flush=True)  # fmt: skip
             if config.init_from and config.init_normalizer == "frozen":
                 loop.normalizer = None  # the pretrained policy's statistics stay those it was trained under
         if collective.world_size > 1:

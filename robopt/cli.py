@@ -32,6 +32,8 @@ def train(
 ) -> None:
     """Train from a config file (or resume a run)."""
     if nproc != 1:
+        _check_ranks(nproc)
+        _check_before_launch(config, overrides, resume)  # a config error is one line, before any rank starts
         args = ["train", *([str(config)] if config is not None else []), *(overrides or [])]
         args += ["--resume", str(resume)] if resume is not None else []
         args += ["--no-progress"] if no_progress else []
@@ -82,6 +84,31 @@ def _run_rank(config, overrides, resume, no_progress) -> None:
         os._exit(code)
 
 
+def _check_ranks(nproc: int) -> None:
+    if nproc < 1:
+        _fail(f"--nproc={nproc}: the number of processes must be >= 1")
+    if _launched_rank():
+        _fail("--nproc inside a torchrun launch: give the process count to torchrun (--nproc_per_node) only")
+
+
+def _check_before_launch(config, overrides, resume) -> None:
+    """What every rank would refuse, refused once here: the config (or the run to resume), the device, and an
+    algorithm whose kind runs in one process."""
+    from robopt.build import algorithm_name, check_device, run_kind
+
+    try:
+        experiment = _load_experiment(config, overrides, resume)
+        check_device(experiment.device)
+        kind = run_kind(experiment)
+    except ConfigError as error:
+        _fail(str(error))
+    if kind not in ("on_policy", "off_policy"):
+        _fail(
+            f"data-parallel training (torchrun, --nproc) supports the on-policy and off-policy algorithms; "
+            f"algo.name={algorithm_name(experiment)} runs as {kind} in one process"
+        )
+
+
 def _launch_ranks(nproc: int, args: list[str]) -> None:
     """``robopt <args>`` on ``nproc`` ranks through torch's elastic launcher (what ``torchrun --standalone`` runs).
 
@@ -90,10 +117,6 @@ def _launch_ranks(nproc: int, args: list[str]) -> None:
     import logging
     import uuid
 
-    if nproc < 1:
-        _fail(f"--nproc={nproc}: the number of processes must be >= 1")
-    if _launched_rank():
-        _fail("--nproc inside a torchrun launch: give the process count to torchrun (--nproc_per_node) only")
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -139,29 +162,13 @@ def pretrain(
 def _run(config, overrides, resume, no_progress, kind: str | None = None) -> None:
     """``train`` and ``pretrain``: load the config (or the run to resume), check its kind, run it."""
     from robopt.algorithms.onpolicy import NonFiniteError
-    from robopt.build import LAST_CHECKPOINT
     from robopt.config import config_to_dict
     from robopt.distributed import RankLost
-    from robopt.experiment import FEATURES, load_config, load_run_config
+    from robopt.experiment import FEATURES
     from robopt.runner import train as run_training
 
     try:
-        if resume is not None:
-            if config is not None and "=" in str(config):  # `train --resume RUN k=v`: the override landed in CONFIG
-                overrides = [str(config), *(overrides or [])]
-            elif config is not None:
-                _fail("give either CONFIG or --resume RUN_DIR, not both")
-            if not (resume / LAST_CHECKPOINT).is_file():
-                _fail(f"cannot resume {str(resume)!r}: no checkpoint at {LAST_CHECKPOINT}")
-            experiment = load_run_config(resume)
-            if overrides:
-                from robopt.config import ExperimentConfig, apply_overrides, build_dataclass
-
-                experiment = build_dataclass(ExperimentConfig, apply_overrides(config_to_dict(experiment), overrides))
-        elif config is None:
-            _fail("missing CONFIG (a YAML file in configs/) or --resume RUN_DIR")
-        else:
-            experiment = load_config(config, overrides or [])
+        experiment = _load_experiment(config, overrides, resume)
         if kind is not None:
             algo_name = config_to_dict(experiment)["algo"]["name"]
             if FEATURES.algorithms[algo_name].kind != kind:
@@ -176,6 +183,34 @@ def _run(config, overrides, resume, no_progress, kind: str | None = None) -> Non
         _fail(f"training stopped: {error}; the last checkpoint is kept", code=RANK_LOST_EXIT)
     except KeyboardInterrupt:
         _fail("stopped by user; the last checkpoint on disk is kept", code=130)
+    _report(result)
+
+
+def _load_experiment(config, overrides, resume):
+    """The config of ``train``/``pretrain``: CONFIG with overrides, or the run to resume (with overrides). Bad
+    input is one line (``_fail``) or a ConfigError."""
+    from robopt.build import LAST_CHECKPOINT
+    from robopt.config import ExperimentConfig, apply_overrides, build_dataclass, config_to_dict
+    from robopt.experiment import load_config, load_run_config
+
+    if resume is not None:
+        if config is not None and "=" in str(config):  # `train --resume RUN k=v`: the override landed in CONFIG
+            overrides = [str(config), *(overrides or [])]
+        elif config is not None:
+            _fail("give either CONFIG or --resume RUN_DIR, not both")
+        if not (resume / LAST_CHECKPOINT).is_file():
+            _fail(f"cannot resume {str(resume)!r}: no checkpoint at {LAST_CHECKPOINT}")
+        experiment = load_run_config(resume)
+        if overrides:
+            experiment = build_dataclass(ExperimentConfig, apply_overrides(config_to_dict(experiment), overrides))
+        return experiment
+    if config is None:
+        _fail("missing CONFIG (a YAML file in configs/) or --resume RUN_DIR")
+    return load_config(config, overrides or [])
+
+
+def _report(result) -> None:
+    """What ``train`` prints after a run: its directory, steps, return, evaluation, how to resume."""
     if result.run_dir is None:  # a data-parallel rank other than 0: rank 0 reports
         return
     typer.echo(f"run directory: {result.run_dir}")
