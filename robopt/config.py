@@ -18,7 +18,6 @@ mappings merge key by key, and a section whose ``name`` differs from the base's 
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from robopt.options import ConfigError, option
+from robopt.options import ConfigError, coerce, option
 
 __all__ = [
     "ConfigError",
@@ -185,57 +184,6 @@ class ExperimentConfig:
 _CORE_FIELDS = frozenset(f.name for f in dataclasses.fields(ExperimentConfig))
 
 
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", str(tp))
-
-
-def _coerce(key: str, value: Any, tp: Any, choices: tuple[str, ...] | None) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(tp)
-        if value is None and type(None) in options:
-            return None
-        tp = next(o for o in options if o is not type(None))
-        origin = typing.get_origin(tp)
-    if tp is Any:
-        return value
-    if origin is tuple:
-        (item_tp, *_rest) = typing.get_args(tp)
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list of {_type_name(item_tp)}, got {value!r}")
-        return tuple(_coerce(f"{key}[{i}]", item, item_tp, None) for i, item in enumerate(value))
-    if tp is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return dict(value)
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
-        if choices and value not in choices:
-            raise ConfigError(f"{key}: {value!r} is not allowed; allowed: {', '.join(choices)}")
-        return value
-    raise ConfigError(f"{key}: unsupported field type {tp}")
-
-
 def build_dataclass(cls: type, data: dict | None, prefix: str = "") -> Any:
     """Build ``cls`` from a nested dict, validating every key and value."""
     data = {} if data is None else data
@@ -259,7 +207,7 @@ def build_dataclass(cls: type, data: dict | None, prefix: str = "") -> Any:
         elif dataclasses.is_dataclass(hints[name]):
             values[name] = build_dataclass(hints[name], data.get(name), f"{key}.")
         elif name in data:
-            values[name] = _coerce(key, data[name], hints[name], spec.metadata.get("choices"))
+            values[name] = coerce(key, data[name], hints[name], spec.metadata.get("choices"))
     try:
         return cls(**values)
     except (TypeError, ValueError) as error:  # __post_init__ validation of derived constraints

@@ -37,6 +37,7 @@ MODULES = [
     "robopt/sim2real/protocol.py",
     "robopt/sim2real/robots.py",
     "robopt/sim2real/ros2.py",
+    "robopt/sim2real/ros_fields.py",
     "robopt/sim2real/ros_map.py",
     "robopt/sim2real/ros_messages.py",
     "robopt/sim2real/runtime.py",

@@ -26,7 +26,8 @@ from collections.abc import Callable
 import numpy as np
 
 from robopt.sim2real import cdr
-from robopt.sim2real.ros_map import CommandMap, RobotMap, Selection, flatten, get_field
+from robopt.sim2real.ros_fields import flatten, get_field
+from robopt.sim2real.ros_map import CommandMap, RobotMap, Selection
 from robopt.sim2real.transport import Notices, Transport
 
 SILENT_NOTICE_S = 1.0  # a topic with no message this long after start gets a notice
