@@ -257,7 +257,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
 
     ``extends: other.yaml`` (a path relative to the file) starts from that file's settings: mappings merge key by
     key, anything else is replaced, and a section whose ``name`` differs from the base's (another algorithm or
-    policy kind) replaces the base's section whole. The run's name is the file's own ``name`` or its file name.
+    policy kind) replaces the base's section whole, while a base section without a name (``algo: {loop: ...}``,
+    shared by several algorithms) merges into any. The run's name is the file's own ``name`` or its file name.
     """
     path = Path(path)
     data = read_config_file(path)
@@ -290,12 +291,14 @@ def read_config_file(path: Path, chain: tuple[Path, ...] = ()) -> dict:
 
 
 def _merge(base: dict, override: dict) -> dict:
-    """``override`` over ``base``: mappings merged key by key (a mapping naming another registry choice replaces)."""
+    """``override`` over ``base``: mappings merged key by key; a mapping naming another registry choice than the
+    base's replaces it whole; a base mapping without a name (``algo: {loop: ...}``) merges into any named one."""
     merged = dict(base)
     for key, value in override.items():
         old = merged.get(key)
         both = isinstance(old, dict) and isinstance(value, dict)
-        if both and value.get("name", old.get("name")) == old.get("name"):
+        renamed = both and "name" in old and "name" in value and value["name"] != old["name"]
+        if both and not renamed:
             merged[key] = _merge(old, value)
         else:
             merged[key] = value
