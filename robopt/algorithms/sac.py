@@ -16,7 +16,7 @@ import torch
 
 from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule
 from robopt.algorithms.offpolicy_compiled import CompiledSACUpdate
-from robopt.algorithms.offpolicy_parts import check_rates
+from robopt.algorithms.offpolicy_parts import NamedState, check_rates
 from robopt.algorithms.offpolicy_toolkit import build_replay, q_critics
 from robopt.algorithms.offpolicy_updates import EagerParts, sac_update
 from robopt.options import ConfigError, option
@@ -50,8 +50,10 @@ class SACConfig:
             raise ValueError(f"ent_coef_init must be > 0, got {self.ent_coef_init}")
 
 
-class SAC:
+class SAC(NamedState):
     """One SAC update per replay batch: critic regression, actor step, temperature step, target averaging."""
+
+    STATE_PARTS = ("critic", "target_critic", "actor_optimizer", "critic_optimizer", "alpha_optimizer")
 
     def __init__(self, config: SACConfig, policy, env) -> None:
         action_dim, device = env.action_dim, env.device
@@ -80,21 +82,10 @@ class SAC:
         return sac_update(self.eager, batch, next_noise, noise, self.target_entropy, self.config.tau)
 
     def state_dict(self) -> dict:
-        return {
-            "critic": self.critic.state_dict(),
-            "target_critic": self.target_critic.state_dict(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "alpha_optimizer": self.alpha_optimizer.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-        }
+        return super().state_dict() | {"log_alpha": self.log_alpha.detach().clone()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.critic.load_state_dict(state["critic"])
-        self.target_critic.load_state_dict(state["target_critic"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        super().load_state_dict(state)
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         if self.compiled is not None and self.compiled.active:

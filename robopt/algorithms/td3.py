@@ -15,7 +15,7 @@ import torch
 
 from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule
 from robopt.algorithms.offpolicy_compiled import CompiledTD3Update
-from robopt.algorithms.offpolicy_parts import check_rates
+from robopt.algorithms.offpolicy_parts import NamedState, check_rates
 from robopt.algorithms.offpolicy_toolkit import build_replay, q_critics
 from robopt.algorithms.offpolicy_updates import EagerParts, td3_update
 from robopt.options import ConfigError, option
@@ -55,8 +55,10 @@ class DDPGConfig(TD3Config):
     target_noise: float = option(0.0, "std of the target policy smoothing noise (DDPG: none)")
 
 
-class TD3:
+class TD3(NamedState):
     """Critic regression every update; actor, target actor and target critics every ``policy_delay`` updates."""
+
+    STATE_PARTS = ("critic", "target_critic", "target_policy", "actor_optimizer", "critic_optimizer")
 
     def __init__(self, config: TD3Config, policy, env) -> None:
         self.config, self.policy = config, policy
@@ -102,21 +104,10 @@ class TD3:
         return metrics
 
     def state_dict(self) -> dict:
-        return {
-            "critic": self.critic.state_dict(),
-            "target_critic": self.target_critic.state_dict(),
-            "target_policy": self.target_policy.state_dict(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "updates": self.updates,
-        }
+        return super().state_dict() | {"updates": self.updates}
 
     def load_state_dict(self, state: dict) -> None:
-        self.critic.load_state_dict(state["critic"])
-        self.target_critic.load_state_dict(state["target_critic"])
-        self.target_policy.load_state_dict(state["target_policy"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        super().load_state_dict(state)
         self.updates = int(state["updates"])
         if self.compiled is not None and self.compiled.active:
             self.compiled.refresh()  # the optimizers' state tensors were replaced
