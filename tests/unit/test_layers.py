@@ -80,3 +80,23 @@ def test_the_check_sees_an_upward_import():
     # The statements seen include lazy imports and import strings (the CLI names the deploy commands by string).
     statements = import_statements()
     assert any(module == "robopt.fleet.loop" and target == "robopt.fleet.worker" for module, _, target in statements)
+
+
+def test_features_are_wired_in_one_composition_root():
+    """Importing the features installs nothing; the composition root wires them."""
+    # Importing the features installs nothing: only robopt.experiment (the composition root) calls use_sections,
+    # and every algorithm's kind has a loop there.
+    import subprocess
+    import sys
+
+    code = (
+        "import robopt.algorithms, robopt.policies, robopt.fleet.build, robopt.envs.robot.config, robopt.build; "
+        "from robopt.config import registered_sections; assert registered_sections() == {}"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    callers = [path for path in ROOT.rglob("*.py") if "use_sections(" in path.read_text() and path.name != "config.py"]
+    assert [p.relative_to(ROOT.parent).as_posix() for p in callers] == ["robopt/experiment.py"]
+    from robopt.experiment import FEATURES
+
+    assert {spec.kind for spec in FEATURES.algorithms.values()} <= set(FEATURES.loop_kinds)
+    assert [section.name for section in FEATURES.sections][:4] == ["algo", "rollout", "policy", "critic"]
