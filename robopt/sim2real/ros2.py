@@ -22,7 +22,7 @@ from xml.sax.saxutils import escape
 
 from robopt.options import ConfigError
 from robopt.sim2real.ros_messages import MESSAGES, dds_topic_name, dds_type_name, parse_field_type
-from robopt.sim2real.transport import NO_SUBSCRIBER_NOTICE_S, Notices, Qos, note_no_subscriber
+from robopt.sim2real.transport import NO_SUBSCRIBER_NOTICE_S, Notices, Qos, publish_noting
 
 DOMAIN_IDS = range(0, 233)  # DDS domain ids that map to valid RTPS ports
 TAKE_AT_MOST = 256  # samples taken from one reader per poll
@@ -229,12 +229,11 @@ class DdsLink:
 
     def publish(self, topic: str, payload: bytes) -> bool:
         writer, full = self.writers[topic]
-        note_no_subscriber(self, topic, lambda: self.matched(topic) > 0, NO_SUBSCRIBER_NOTICE_S)
-        try:
+
+        def send() -> None:
             writer.write(raw_sample(full, payload))
-        except Exception:
-            return False
-        return True
+
+        return publish_noting(self, topic, lambda: self.matched(topic) > 0, send, NO_SUBSCRIBER_NOTICE_S)
 
     def take_notices(self) -> list[str]:
         return self.notices.take()

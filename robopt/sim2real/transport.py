@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 __all__ = ["NO_SUBSCRIBER_NOTICE_S", "QOS_PROFILES", "RELIABILITY", "Notices", "Qos", "Transport", "note_no_subscriber"]
+__all__ += ["publish_noting"]
 
 QOS_PROFILES = {"sensor_data": ("best_effort", 5), "reliable": ("reliable", 10), "default": ("reliable", 10)}
 RELIABILITY = ("reliable", "best_effort")
@@ -61,6 +62,16 @@ class Notices:
         with self._lock:
             lines, self._lines = self._lines, []
         return lines
+
+
+def publish_noting(link, topic: str, matched, write, grace: float = NO_SUBSCRIBER_NOTICE_S) -> bool:
+    """``write()`` a command payload, after ``note_no_subscriber``; False (never an exception) when it failed."""
+    note_no_subscriber(link, topic, matched, grace)
+    try:
+        write()
+    except Exception:  # noqa: BLE001  (a transport never raises after it was built)
+        return False
+    return True
 
 
 def note_no_subscriber(link, topic: str, matched, grace: float = NO_SUBSCRIBER_NOTICE_S) -> None:

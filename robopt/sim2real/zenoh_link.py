@@ -19,7 +19,7 @@ import threading
 import time
 
 from robopt.options import ConfigError
-from robopt.sim2real.transport import NO_SUBSCRIBER_NOTICE_S, Notices, note_no_subscriber
+from robopt.sim2real.transport import NO_SUBSCRIBER_NOTICE_S, Notices, publish_noting
 
 QUEUE_LIMIT = 4096  # received samples kept between two polls (the oldest go first)
 MODES = ("peer", "client")
@@ -123,12 +123,10 @@ class ZenohLink:
             return True
 
     def publish(self, topic: str, payload: bytes) -> bool:
-        note_no_subscriber(self, topic, lambda: self.matched(topic), NO_SUBSCRIBER_NOTICE_S)
-        try:
+        def send() -> None:
             self.publishers[topic].put(payload)
-        except Exception:
-            return False
-        return True
+
+        return publish_noting(self, topic, lambda: self.matched(topic), send, NO_SUBSCRIBER_NOTICE_S)
 
     def take_notices(self) -> list[str]:
         return self.notices.take()
