@@ -10,9 +10,7 @@ every run has (name, seed, budget, device, env, logging, where it starts from); 
 ``robopt.experiment``, lists in one table and installs here with ``use_sections``; no feature registers itself.
 A section is read as an attribute (``config.algo``). A section may claim the run's kind (``runs_as``: the fleet
 turns a SAC run into a fleet run) and name the loop builder of that kind (``loop``); the builder dispatches on it.
-
-A config file may start from another: ``extends: base.yaml`` (a path relative to the file) reads the base first;
-mappings merge key by key, and a section whose ``name`` differs from the base's replaces it whole.
+A config file may start from another (``extends: base.yaml``, ``load_config``).
 """
 
 from __future__ import annotations
