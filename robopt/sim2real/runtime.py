@@ -20,7 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from robopt.sim2real.deploy_config import DeployConfig, build_safety, check_log_path
-from robopt.sim2real.model import ChunkedPolicy, OnnxPolicy, load_export, median_call_seconds, verify_parity  # noqa: F401  (the old import path; a test pins it)
+from robopt.sim2real.model import (
+    ChunkedPolicy,
+    OnnxPolicy,  # noqa: F401  (OnnxPolicy, load_export, verify_parity: their old import path, pinned by a test)
+    load_export,  # noqa: F401
+    median_call_seconds,
+    verify_parity,  # noqa: F401
+)
 from robopt.sim2real.sidecar import DeployError, Sidecar
 from robopt.sim2real.tick_log import TickLog
 
