@@ -41,7 +41,7 @@ from finetune_common import (  # noqa: E402
     run_kind,
 )
 
-from robopt.data.collect import collect  # noqa: E402
+from robopt.commands.collect import collect  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 KINDS = {

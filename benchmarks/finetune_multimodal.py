@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from finetune_common import print_table, run_kind  # noqa: E402
 from multimodal import goal_figures  # noqa: E402
 
-from robopt.data.collect import collect  # noqa: E402
+from robopt.commands.collect import collect  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 FINETUNE = {"gaussian": "ppo_multimodal.yaml", "flow": "fpo_multimodal.yaml", "diffusion": "dppo_multimodal.yaml",

@@ -75,7 +75,7 @@ def build_loop(path: Path, overrides: list[str]) -> OnPolicyLoop:
     seed_everything(config.seed)
     env = build_env(config)
     policy, critic = build_policy(config, env), build_critic(config, env)
-    algorithm = ALGORITHMS[config_to_dict(config)["algo"]["name"]].build(config.algo, policy, critic)
+    algorithm = ALGORITHMS[config_to_dict(config)["algo"]["name"]].build.make(config.algo, policy, critic)
     return OnPolicyLoop(env, policy, critic, algorithm, config.rollout, seed=config.seed)
 
 

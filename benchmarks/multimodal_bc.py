@@ -23,8 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from multimodal import MODES, evaluate, mean_std  # noqa: E402
 
+from robopt.commands.collect import collect  # noqa: E402
 from robopt.config import ConfigError  # noqa: E402
-from robopt.data.collect import collect  # noqa: E402
 from robopt.experiment import load_config  # noqa: E402
 from robopt.runner import train  # noqa: E402
 

@@ -1,9 +1,9 @@
 """A run's parts built from its config (env, policy, critic, a pretrained start) and the loop of its kind.
 
-``build_loop`` seeds, picks the run's kind (the algorithm's ``kind``, or the kind a config section claims: the
-fleet's) and calls the builder registered for it in ``robopt.algorithms.LOOP_KINDS``. This module registers the
-kinds ``on_policy``, ``off_policy`` and ``pretrain``; ``robopt.fleet.build`` registers ``fleet``;
-``robopt.experiment`` imports them all.
+``build_loop`` seeds and picks the run's kind: the kind a config section claims (the fleet's ``runs_as``) is built
+by that section's ``loop``; the algorithms' kinds (``on_policy``, ``off_policy``, ``pretrain``) by
+``build_algorithm_loop``, which calls the algorithm's ``AlgorithmSpec.build`` (one signature, returns the loop).
+The sections are those the composition root ``robopt.experiment`` installed.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import numpy as np
 import torch
 import yaml
 
-from robopt.algorithms import ALGORITHMS, LOOP_KINDS, register_loop_kind
-from robopt.algorithms.onpolicy import OnPolicyLoop
+from robopt.algorithms import ALGORITHMS
+from robopt.algorithms.kinds import build_critic, privileged_dim  # noqa: F401  (re-exported: the builder's parts)
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig, config_to_dict, registered_sections
 from robopt.distributed.collective import LOCAL, RANK_SEED_STRIDE, Collective, rank_config
 from robopt.envs import make_env
-from robopt.policies import POLICIES, ValueCritic
+from robopt.policies import POLICIES
 
 LAST_CHECKPOINT = "checkpoints/last.pt"
 
@@ -108,32 +108,6 @@ def build_policy(config: ExperimentConfig, env) -> torch.nn.Module:
         raise ConfigError(f"policy.name={config.policy.name}: {error}") from None
 
 
-def build_critic(config: ExperimentConfig, env) -> torch.nn.Module:
-    """V(obs) [B], or V(cat(obs, privileged_obs)) with ``critic.privileged`` (input D + P, its own normalizer)."""
-    c = config.critic
-    input_dim = env.obs_dim + (privileged_dim(config, env) if c.privileged else 0)
-    critic = ValueCritic(
-        input_dim, c.hidden, c.activation, normalize_obs=getattr(config.policy, "normalize_obs", True),
-        orthogonal_init=getattr(config.policy, "orthogonal_init", True),
-    )  # fmt: skip
-    return critic.to(config.device)
-
-
-def privileged_dim(config: ExperimentConfig, env) -> int:
-    """P of ``env.privileged_obs()`` for ``critic.privileged``; an env without any is a one-line ConfigError."""
-    if not hasattr(env, "privileged_obs"):
-        raise ConfigError(
-            f"critic.privileged=true needs a native env with privileged observations (env.id=mujoco/<Task>); "
-            f"{config.env.id} on {type(env).__name__} has none"
-        )
-    if env.privileged_dim < 1:
-        raise ConfigError(
-            f"critic.privileged=true needs env.kwargs.randomization with at least one of body_mass, geom_friction, "
-            f"dof_damping, actuator_gain (motor_strength), action_delay, push_force on; {config.env.id} has none"
-        )
-    return env.privileged_dim
-
-
 def resolve_torch_threads(config: ExperimentConfig) -> tuple[int, str]:
     """(intra-op threads, why): ``torch_threads`` when set; otherwise 1 on CPU, torch's default on a GPU.
 
@@ -190,8 +164,9 @@ WARM_START_MODULES = ("critic", "target_critic", "value")
 def initialize_critics(algorithm, config: ExperimentConfig) -> list[str]:
     """Warm-start an off-policy algorithm's critics (Q, target Q, V) from ``config.init_critic_from``'s (else
     ``init_from``'s) checkpoint when it has them (an IQL, FQL, QGF, SAC or TD3 run): offline pretraining, then
-    online fine-tuning. Returns what was loaded; a critic of another size is a one-line error. A source without
-    critics (behaviour cloning) loads none."""
+    online fine-tuning. Returns what was loaded; a critic of another size is a one-line error. An ``init_from``
+    source without critics (behaviour cloning) loads none; an explicit ``init_critic_from`` that holds none of this
+    algorithm's critics (a PPO run) is a one-line error."""
     run_dir = Path(config.init_critic_from or config.init_from)
     if not (run_dir / LAST_CHECKPOINT).is_file():
         raise ConfigError(f"init_critic_from={str(run_dir)!r} is not a run directory with a checkpoint")
@@ -210,7 +185,24 @@ def initialize_critics(algorithm, config: ExperimentConfig) -> list[str]:
                 f"critics differ?): {first}"
             ) from None
         loaded.append(name)
+    if not loaded and config.init_critic_from:  # asked for explicitly: loading nothing is an error, not a no-op
+        source = _source_algorithm(run_dir)
+        raise ConfigError(
+            f"init_critic_from={config.init_critic_from!r} holds no Q critics ({', '.join(WARM_START_MODULES)}: "
+            f"none found{f'; it is a {source} run' if source else ''}); give an off-policy run (IQL, FQL, QGF, "
+            "SAC, TD3...) or drop init_critic_from"
+        )
     return loaded
+
+
+def _source_algorithm(run_dir: Path) -> str:
+    """``algo.name`` of a run directory's saved config, read as plain YAML; '' when there is none."""
+    try:
+        data = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return ""
+    algo = data.get("algo") if isinstance(data, dict) else None
+    return str(algo.get("name", "")) if isinstance(algo, dict) else ""
 
 
 def _source_identity(run_dir: Path) -> tuple[str, str] | None:
@@ -233,14 +225,24 @@ def algorithm_name(config: ExperimentConfig) -> str:
     return config_to_dict(config)["algo"]["name"]
 
 
+ALGORITHM_KINDS = ("on_policy", "off_policy", "pretrain")  # the kinds build_algorithm_loop builds
+
+
+def _claimed_kinds(config: ExperimentConfig) -> list[tuple[str, object]]:
+    """(kind, loop builder) of each config section that claims the run (``Section.runs_as``: the fleet's)."""
+    return [
+        (kind, section.loop) for section in registered_sections().values()
+        if section.runs_as and (kind := section.runs_as(config))
+    ]  # fmt: skip
+
+
 def run_kind(config: ExperimentConfig) -> str:
     """The run's kind: the one a config section claims (``fleet`` with robots), else the algorithm's."""
-    claimed = [
-        kind for section in registered_sections().values() if section.runs_as and (kind := section.runs_as(config))
-    ]
+    claimed = _claimed_kinds(config)
     if len(claimed) > 1:
-        raise ConfigError(f"config sections claim more than one run kind ({', '.join(claimed)}); configure one")
-    return claimed[0] if claimed else ALGORITHMS[algorithm_name(config)].kind
+        raise ConfigError(f"config sections claim more than one run kind ({', '.join(k for k, _ in claimed)}); "
+                          "configure one")  # fmt: skip
+    return claimed[0][0] if claimed else ALGORITHMS[algorithm_name(config)].kind
 
 
 def build_loop(config: ExperimentConfig, initialize: bool = False, collective: Collective = LOCAL):
@@ -254,10 +256,11 @@ def build_loop(config: ExperimentConfig, initialize: bool = False, collective: C
     seed_everything(config.seed)
     torch.set_num_threads(resolve_torch_threads(config)[0])
     kind = run_kind(config)
-    if kind not in LOOP_KINDS:
+    build = dict(_claimed_kinds(config)).get(kind) or (build_algorithm_loop if kind in ALGORITHM_KINDS else None)
+    if build is None:
         raise ConfigError(f"no loop is registered for runs of kind {kind!r} (import robopt.experiment first)")
     if collective.world_size == 1:
-        return LOOP_KINDS[kind](config, initialize)
+        return build(config, initialize)
     if kind not in ("on_policy", "off_policy"):
         raise ConfigError(
             f"data-parallel training (torchrun, --nproc) supports the on-policy and off-policy algorithms; "
@@ -276,56 +279,29 @@ def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, col
     env = build_env(config)
     try:
         policy = build_policy(config, env)
-        if initialize and config.critic_warmup > 0 and not config.init_from:
-            raise ConfigError(
-                f"critic_warmup={config.critic_warmup} needs init_from=RUN_DIR (a pretrained policy to keep frozen)"
-            )
-        algo_name = algorithm_name(config)
-        spec = ALGORITHMS[algo_name]
-        if config.init_critic_from and spec.kind != "off_policy":
-            raise ConfigError(
-                f"init_critic_from warm-starts the Q critics of off-policy algorithms; algo.name={algo_name} has none"
-            )
-        ft_steps, steps = getattr(config.policy, "ft_steps", 0), getattr(config.policy, "denoising_steps", 0)
-        if initialize and not config.init_from and ft_steps < steps and spec.kind != "pretrain":
-            raise ConfigError(
-                f"policy.ft_steps={ft_steps} < policy.denoising_steps={steps}: RL trains only the last {ft_steps} "
-                "denoising steps and freezes the others, so start from a pretrained policy (init_from=RUN_DIR) or "
-                "set policy.ft_steps=policy.denoising_steps"
-            )
+        spec = ALGORITHMS[algorithm_name(config)]
+        check_algorithm_config(config, spec.kind, initialize)
         if initialize and config.init_from:
             initialize_policy(policy, config)
             if hasattr(policy, "reset_reference"):  # a language policy's KL reference is where RL starts
                 policy.reset_reference()
-        if spec.kind in ("pretrain", "off_policy"):
-            if config.critic.privileged:
-                on_policy = ", ".join(sorted(name for name, entry in ALGORITHMS.items() if entry.kind == "on_policy"))
-                raise ConfigError(
-                    f"critic.privileged=true is for the value critic of the on-policy algorithms ({on_policy}), "
-                    f"not algo.name={algo_name}"
-                )
-            rank_seed = config.seed + RANK_SEED_STRIDE * collective.rank
-            loop = spec.build(config.algo, env, policy, seed=rank_seed, env_id=config.env.id)
-            if initialize and (config.init_from or config.init_critic_from) and spec.kind == "off_policy":
-                initialize_critics(loop.algorithm, config)
-            if config.init_from and config.init_normalizer == "frozen" and spec.kind == "off_policy":
-                loop.normalizer = None  # the pretrained policy's statistics stay those it was trained under
-            if collective.world_size > 1:
-                loop.use_collective(collective)  # refuses what cannot run on several ranks (pretraining)
-                seed_everything(rank_seed)
-            return loop
-        critic = build_critic(config, env)
-        algorithm = spec.build(config.algo, policy, critic)
-        frozen_statistics = bool(config.init_from) and config.init_normalizer == "frozen"
+        check_critic_kind(config, spec.kind)
         rank_seed = config.seed + RANK_SEED_STRIDE * collective.rank
-        loop = OnPolicyLoop(
-            env, policy, critic, algorithm, config.rollout, seed=rank_seed, critic_warmup=config.critic_warmup,
-            privileged=config.critic.privileged, update_policy_normalizer=not frozen_statistics,
-            collective=collective,
-        )  # fmt: skip
+        loop = spec.build(config, env, policy, seed=rank_seed, collective=collective)
+        if spec.kind == "off_policy":
+            if initialize and (config.init_from or config.init_critic_from):
+                loaded = initialize_critics(loop.algorithm, config)
+                if not loaded and collective.rank == 0:  # a behaviour-cloning source: said once, the run goes on
+                    print(f"robopt: init_from={config.init_from!r} holds no Q critics (a behaviour-cloning run?): "
+                          "the critics start fresh", flush=True)  # fmt: skip
+            if config.init_from and config.init_normalizer == "frozen":
+                loop.normalizer = None  # the pretrained policy's statistics stay those it was trained under
         if collective.world_size > 1:
-            collective.broadcast_module_(policy)
-            collective.broadcast_module_(critic)
+            if spec.kind == "on_policy":
+                collective.broadcast_module_(loop.policy)
+                collective.broadcast_module_(loop.critic)
+            else:
+                loop.use_collective(collective)  # refuses what cannot run on several ranks (pretraining)
             seed_everything(rank_seed)
         return loop
     except BaseException:
@@ -333,5 +309,32 @@ def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, col
         raise
 
 
-for _kind in ("on_policy", "off_policy", "pretrain"):
-    register_loop_kind(_kind, build_algorithm_loop)
+def check_algorithm_config(config: ExperimentConfig, kind: str, initialize: bool) -> None:
+    """What a config asks that its algorithm's kind cannot do, as one-line ConfigErrors, before anything is built."""
+    algo_name = algorithm_name(config)
+    if initialize and config.critic_warmup > 0 and not config.init_from:
+        raise ConfigError(
+            f"critic_warmup={config.critic_warmup} needs init_from=RUN_DIR (a pretrained policy to keep frozen)"
+        )
+    if config.init_critic_from and kind != "off_policy":
+        raise ConfigError(
+            f"init_critic_from warm-starts the Q critics of off-policy algorithms; algo.name={algo_name} has none"
+        )
+    ft_steps, steps = getattr(config.policy, "ft_steps", 0), getattr(config.policy, "denoising_steps", 0)
+    if initialize and not config.init_from and ft_steps < steps and kind != "pretrain":
+        raise ConfigError(
+            f"policy.ft_steps={ft_steps} < policy.denoising_steps={steps}: RL trains only the last {ft_steps} "
+            "denoising steps and freezes the others, so start from a pretrained policy (init_from=RUN_DIR) or "
+            "set policy.ft_steps=policy.denoising_steps"
+        )
+
+
+def check_critic_kind(config: ExperimentConfig, kind: str) -> None:
+    """``critic.privileged`` is an option of the on-policy value critic; elsewhere a one-line ConfigError."""
+    if kind in ("pretrain", "off_policy") and config.critic.privileged:
+        algo_name = algorithm_name(config)
+        on_policy = ", ".join(sorted(name for name, entry in ALGORITHMS.items() if entry.kind == "on_policy"))
+        raise ConfigError(
+            f"critic.privileged=true is for the value critic of the on-policy algorithms ({on_policy}), "
+            f"not algo.name={algo_name}"
+        )

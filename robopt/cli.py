@@ -12,6 +12,14 @@ from pathlib import Path
 import typer
 
 from robopt.cli_support import fail as _fail
+from robopt.commands.train import (
+    RANK_LOST_EXIT,
+    check_before_launch,
+    check_ranks,
+    launch_ranks,
+    launched_rank,
+    load_experiment,
+)
 from robopt.options import ConfigError
 from robopt.sweeps import commands as sweep_commands
 
@@ -32,22 +40,16 @@ def train(
 ) -> None:
     """Train from a config file (or resume a run)."""
     if nproc != 1:
+        check_ranks(nproc)
+        check_before_launch(config, overrides, resume)  # a config error is one line, before any rank starts
         args = ["train", *([str(config)] if config is not None else []), *(overrides or [])]
         args += ["--resume", str(resume)] if resume is not None else []
         args += ["--no-progress"] if no_progress else []
-        _launch_ranks(nproc, args)
+        launch_ranks(nproc, args)
         return
-    if _launched_rank():
+    if launched_rank():
         _run_rank(config, overrides, resume, no_progress)
     _run(config, overrides, resume, no_progress)
-
-
-RANK_LOST_EXIT = 4  # a rank whose collective failed because another rank stopped
-
-
-def _launched_rank() -> bool:
-    """Whether this process is one rank of a torchrun (or ``--nproc``) launch."""
-    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
 
 
 def _run_rank(config, overrides, resume, no_progress) -> None:
@@ -82,49 +84,6 @@ def _run_rank(config, overrides, resume, no_progress) -> None:
         os._exit(code)
 
 
-def _launch_ranks(nproc: int, args: list[str]) -> None:
-    """``robopt <args>`` on ``nproc`` ranks through torch's elastic launcher (what ``torchrun --standalone`` runs).
-
-    When a rank fails the launcher stops the others; this prints which rank failed and its exit code, once.
-    """
-    import logging
-    import uuid
-
-    if nproc < 1:
-        _fail(f"--nproc={nproc}: the number of processes must be >= 1")
-    if _launched_rank():
-        _fail("--nproc inside a torchrun launch: give the process count to torchrun (--nproc_per_node) only")
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    # the launcher logs each stop as warnings and errors with paths and pids (each module's logger has its own
-    # level); the one line below says it
-    for name in list(logging.root.manager.loggerDict):
-        if name.startswith("torch.distributed"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # what torchrun sets per rank; robopt picks torch's threads itself
-    launch = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"robopt-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5,
-    )  # fmt: skip
-    try:
-        elastic_launch(launch, sys.executable)("-m", "robopt", *args)
-    except SignalException as error:  # Ctrl-C: the launcher passed it to the ranks, which checkpointed and stopped
-        _fail(f"stopped by signal {error.sigval}; rank 0 said where its checkpoint is", code=130)
-    except ChildFailedError as error:
-        # the cause, not its echo: a rank whose collective failed because another died exits 4 (RankLost), often
-        # before the launcher has seen the dead one, so a rank killed by a signal or failing otherwise comes first
-        rank, failure = min(
-            error.failures.items(),
-            key=lambda item: (item[1].exitcode == RANK_LOST_EXIT, item[1].exitcode >= 0, item[1].timestamp),
-        )
-        code = failure.exitcode
-        how = f"signal {-code}" if code < 0 else f"exit code {code}"
-        _fail(f"rank {rank} of {nproc} stopped ({how}); the other ranks were stopped; the last checkpoint is kept",
-              code=code if 0 < code < 126 else 1)  # fmt: skip
-
-
 @app.command()
 def pretrain(
     config: Path | None = typer.Argument(None, help="YAML pretraining file, e.g. configs/bc_flow_hopper.yaml"),
@@ -138,35 +97,18 @@ def pretrain(
 
 def _run(config, overrides, resume, no_progress, kind: str | None = None) -> None:
     """``train`` and ``pretrain``: load the config (or the run to resume), check its kind, run it."""
-    from robopt.algorithms import ALGORITHMS
     from robopt.algorithms.onpolicy import NonFiniteError
-    from robopt.build import LAST_CHECKPOINT
     from robopt.config import config_to_dict
     from robopt.distributed import RankLost
-    from robopt.experiment import load_config, load_run_config
+    from robopt.experiment import FEATURES
     from robopt.runner import train as run_training
 
     try:
-        if resume is not None:
-            if config is not None and "=" in str(config):  # `train --resume RUN k=v`: the override landed in CONFIG
-                overrides = [str(config), *(overrides or [])]
-            elif config is not None:
-                _fail("give either CONFIG or --resume RUN_DIR, not both")
-            if not (resume / LAST_CHECKPOINT).is_file():
-                _fail(f"cannot resume {str(resume)!r}: no checkpoint at {LAST_CHECKPOINT}")
-            experiment = load_run_config(resume)
-            if overrides:
-                from robopt.config import ExperimentConfig, apply_overrides, build_dataclass
-
-                experiment = build_dataclass(ExperimentConfig, apply_overrides(config_to_dict(experiment), overrides))
-        elif config is None:
-            _fail("missing CONFIG (a YAML file in configs/) or --resume RUN_DIR")
-        else:
-            experiment = load_config(config, overrides or [])
+        experiment = load_experiment(config, overrides, resume)
         if kind is not None:
             algo_name = config_to_dict(experiment)["algo"]["name"]
-            if ALGORITHMS[algo_name].kind != kind:
-                allowed = ", ".join(sorted(name for name, spec in ALGORITHMS.items() if spec.kind == kind))
+            if FEATURES.algorithms[algo_name].kind != kind:
+                allowed = ", ".join(sorted(name for name, spec in FEATURES.algorithms.items() if spec.kind == kind))
                 _fail(f"robopt {kind} runs {allowed}; algo.name={algo_name} is trained with `robopt train`")
         result = run_training(experiment, resume_dir=resume, progress=False if no_progress else None)
     except ConfigError as error:
@@ -177,6 +119,11 @@ def _run(config, overrides, resume, no_progress, kind: str | None = None) -> Non
         _fail(f"training stopped: {error}; the last checkpoint is kept", code=RANK_LOST_EXIT)
     except KeyboardInterrupt:
         _fail("stopped by user; the last checkpoint on disk is kept", code=130)
+    _report(result)
+
+
+def _report(result) -> None:
+    """What ``train`` prints after a run: its directory, steps, return, evaluation, how to resume."""
     if result.run_dir is None:  # a data-parallel rank other than 0: rank 0 reports
         return
     typer.echo(f"run directory: {result.run_dir}")
@@ -205,12 +152,13 @@ def evaluate(
     """Mean and std of the deterministic policy's return over N episodes (language runs: held-out accuracy)."""
     if video is not None and sys.platform.startswith("linux"):  # headless OpenGL; read when mujoco is first imported
         os.environ.setdefault("MUJOCO_GL", "egl")
+    import robopt.experiment  # noqa: F401  (the composition root: the run's config sections)
     from robopt.evaluation import evaluate_run, record_video
 
     try:
         if pass_k:  # checked before the greedy pass: a bad --pass-k costs nothing
+            from robopt.commands.pass_at_k import check_pass_k
             from robopt.experiment import load_run_config
-            from robopt.llm.evaluation import check_pass_k
 
             check_pass_k(load_run_config(run_dir).env.id, pass_k)
         result = evaluate_run(run_dir, episodes, seed)
@@ -220,7 +168,7 @@ def evaluate(
                f"(mean length {result.mean_length:.0f})"
                + ("" if result.success_rate is None else f", success rate {result.success_rate:.2f}"))  # fmt: skip
     if pass_k:
-        from robopt.llm.evaluation import pass_at_k
+        from robopt.commands.pass_at_k import pass_at_k
 
         try:
             value = pass_at_k(run_dir, episodes, pass_k, seed)
@@ -269,7 +217,7 @@ def collect(
     no_progress: bool = typer.Option(False, "--no-progress", help="no live progress bar"),
 ) -> None:
     """Record demonstrations of a trained run (or a scripted expert) as a Minari dataset."""
-    from robopt.data.collect import collect as collect_demonstrations
+    from robopt.commands.collect import collect as collect_demonstrations
 
     if episodes is None:
         _fail("missing --episodes N (the number of episodes to record)")
@@ -290,17 +238,14 @@ def collect(
 @app.command("list")
 def list_registered() -> None:
     """Registered envs, backends, policies and algorithms."""
-    import robopt.experiment  # noqa: F401  (registers every feature's section and loop kind)
-    from robopt.algorithms import ALGORITHMS, LOOP_KINDS
-    from robopt.config import registered_sections
-    from robopt.envs import BACKENDS, list_env_ids
-    from robopt.policies import POLICIES
+    from robopt.envs import list_env_ids
+    from robopt.experiment import FEATURES
 
-    typer.echo("config sections: env, log (core); " + ", ".join(registered_sections()))
-    typer.echo("run kinds:  " + ", ".join(LOOP_KINDS))
-    typer.echo("algorithms: " + ", ".join(f"{k} ({v.summary})" for k, v in sorted(ALGORITHMS.items())))
-    typer.echo("policies:   " + ", ".join(f"{k} ({v.summary})" for k, v in sorted(POLICIES.items())))
-    typer.echo("backends:   " + ", ".join(BACKENDS))
+    typer.echo("config sections: env, log (core); " + ", ".join(section.name for section in FEATURES.sections))
+    typer.echo("run kinds:  " + ", ".join(FEATURES.loop_kinds))
+    typer.echo("algorithms: " + ", ".join(f"{k} ({v.summary})" for k, v in sorted(FEATURES.algorithms.items())))
+    typer.echo("policies:   " + ", ".join(f"{k} ({v.summary})" for k, v in sorted(FEATURES.policies.items())))
+    typer.echo("backends:   " + ", ".join(FEATURES.env_backends))
     typer.echo("native envs: " + (", ".join(list_env_ids()) or "(none)"))
     typer.echo("gymnasium:  any registered Gymnasium id with Box spaces, e.g. HalfCheetah-v5, Hopper-v5, Pendulum-v1")
     from robopt.envs.robot.library import describe
@@ -341,7 +286,7 @@ app.command()(sweep_commands.report)
 
 
 def main() -> None:
-    if _launched_rank():  # a data-parallel rank: read when torch loads, so set first
+    if launched_rank():  # a data-parallel rank: read when torch loads, so set first
         # c10d logs a failed rendezvous or a lost peer as a C++ stack trace; the rank prints it as one line instead
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     try:

@@ -4,27 +4,27 @@ Every field has a default and a one-line doc (``metadata['doc']``); string field
 values list them in ``metadata['choices']``. Any unknown key or bad value raises ``ConfigError`` whose
 one-line message names the key, the value and what is allowed.
 
-This module is the core that knows no feature (DESIGN.md section 8). ``ExperimentConfig`` holds what every
-run has (name, seed, budget, device, env, logging, where it starts from); every other section is registered
-by the feature it belongs to with ``register_section``: the algorithms register ``algo`` and ``rollout``, the
-policies ``policy`` and ``critic``, the fleet ``fleet``. A section is read as an attribute (``config.algo``).
-A section may claim the run's kind (``runs_as``: the fleet turns a SAC run into a fleet run); the runner
-dispatches on that. ``robopt.experiment`` imports every feature, so configs loaded through it know them all.
+This module is the core that knows no feature (DESIGN.md sections 8 and 9). ``ExperimentConfig`` holds what
+every run has (name, seed, budget, device, env, logging, where it starts from); every other section (``algo``,
+``rollout``, ``policy``, ``critic``, ``fleet``, ``robot``, ``task``) is a ``Section`` that the composition root,
+``robopt.experiment``, lists in one table and installs here with ``use_sections``; no feature registers itself.
+A section is read as an attribute (``config.algo``). A section may claim the run's kind (``runs_as``: the fleet
+turns a SAC run into a fleet run) and name the loop builder of that kind (``loop``); the builder dispatches on it.
+A config file may start from another (``extends: base.yaml``, ``load_config``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from robopt.options import ConfigError, option
+from robopt.options import ConfigError, coerce, option
 
 __all__ = [
     "ConfigError",
@@ -37,9 +37,11 @@ __all__ = [
     "config_to_dict",
     "describe_fields",
     "load_config",
+    "load_run_config",
     "option",
-    "register_section",
+    "read_config_file",
     "registered_sections",
+    "use_sections",
 ]
 
 
@@ -82,8 +84,9 @@ class Section:
 
     ``choices`` is the feature's own registry (name -> dataclass), read when a config is built, so entries
     registered later are seen. ``noun`` names a choice in messages ("algorithm"). ``runs_as(config)`` returns
-    the kind of loop this section makes the run (or None): the runner dispatches on it. ``env_options(config)``
-    returns keyword options this section gives the env's constructor (the robot's description and task), or {}.
+    the kind of loop this section makes the run (or None), and ``loop(config, initialize)`` builds that loop: the
+    builder dispatches on them. ``env_options(config)`` returns keyword options this section gives the env's
+    constructor (the robot's description and task), or {}.
     """
 
     name: str
@@ -93,6 +96,7 @@ class Section:
     default: str = ""
     noun: str = ""
     runs_as: Callable[[Any], str | None] | None = None
+    loop: Callable[..., Any] | None = None
     env_options: Callable[[Any], dict] | None = None
 
     def default_value(self) -> Any:
@@ -108,13 +112,20 @@ class Section:
 _SECTIONS: dict[str, Section] = {}
 
 
-def register_section(section: Section) -> None:
-    """Add a feature's section to every ``ExperimentConfig`` (its default value when a config omits it)."""
-    if section.name in _CORE_FIELDS:
-        raise ValueError(f"config section {section.name!r} would shadow a core field")
-    if (section.config_cls is None) == (section.choices is None):
-        raise ValueError(f"config section {section.name!r}: give config_cls or choices, not both")
-    _SECTIONS[section.name] = section
+def use_sections(sections: Iterable[Section]) -> None:
+    """Make ``sections`` the feature sections of every ``ExperimentConfig`` (in this order; each takes its default
+    value when a config omits it). Called once, by the composition root ``robopt.experiment``."""
+    table = {}
+    for section in sections:
+        if section.name in _CORE_FIELDS:
+            raise ValueError(f"config section {section.name!r} would shadow a core field")
+        if (section.config_cls is None) == (section.choices is None):
+            raise ValueError(f"config section {section.name!r}: give config_cls or choices, not both")
+        if section.name in table:
+            raise ValueError(f"config section {section.name!r} is listed twice")
+        table[section.name] = section
+    _SECTIONS.clear()
+    _SECTIONS.update(table)
 
 
 def registered_sections() -> dict[str, Section]:
@@ -171,57 +182,6 @@ class ExperimentConfig:
 _CORE_FIELDS = frozenset(f.name for f in dataclasses.fields(ExperimentConfig))
 
 
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", str(tp))
-
-
-def _coerce(key: str, value: Any, tp: Any, choices: tuple[str, ...] | None) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(tp)
-        if value is None and type(None) in options:
-            return None
-        tp = next(o for o in options if o is not type(None))
-        origin = typing.get_origin(tp)
-    if tp is Any:
-        return value
-    if origin is tuple:
-        (item_tp, *_rest) = typing.get_args(tp)
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list of {_type_name(item_tp)}, got {value!r}")
-        return tuple(_coerce(f"{key}[{i}]", item, item_tp, None) for i, item in enumerate(value))
-    if tp is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return dict(value)
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
-        if choices and value not in choices:
-            raise ConfigError(f"{key}: {value!r} is not allowed; allowed: {', '.join(choices)}")
-        return value
-    raise ConfigError(f"{key}: unsupported field type {tp}")
-
-
 def build_dataclass(cls: type, data: dict | None, prefix: str = "") -> Any:
     """Build ``cls`` from a nested dict, validating every key and value."""
     data = {} if data is None else data
@@ -231,6 +191,8 @@ def build_dataclass(cls: type, data: dict | None, prefix: str = "") -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     names = set(fields)
     if cls is ExperimentConfig:  # sections are keys of the config; ``sections`` itself is not
+        if not _SECTIONS:
+            raise ConfigError("no config sections are installed: import robopt.experiment (the composition root) first")
         names = (names - {"sections"}) | set(_SECTIONS)
     unknown = sorted(set(data) - names)
     if unknown:
@@ -243,7 +205,7 @@ def build_dataclass(cls: type, data: dict | None, prefix: str = "") -> Any:
         elif dataclasses.is_dataclass(hints[name]):
             values[name] = build_dataclass(hints[name], data.get(name), f"{key}.")
         elif name in data:
-            values[name] = _coerce(key, data[name], hints[name], spec.metadata.get("choices"))
+            values[name] = coerce(key, data[name], hints[name], spec.metadata.get("choices"))
     try:
         return cls(**values)
     except (TypeError, ValueError) as error:  # __post_init__ validation of derived constraints
@@ -293,7 +255,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
 
     ``extends: other.yaml`` (a path relative to the file) starts from that file's settings: mappings merge key by
     key, anything else is replaced, and a section whose ``name`` differs from the base's (another algorithm or
-    policy kind) replaces the base's section whole. The run's name is the file's own ``name`` or its file name.
+    policy kind) replaces the base's section whole, while a base section without a name (``algo: {loop: ...}``,
+    shared by several algorithms) merges into any. The run's name is the file's own ``name`` or its file name.
     """
     path = Path(path)
     data = read_config_file(path)
@@ -326,16 +289,26 @@ def read_config_file(path: Path, chain: tuple[Path, ...] = ()) -> dict:
 
 
 def _merge(base: dict, override: dict) -> dict:
-    """``override`` over ``base``: mappings merged key by key (a mapping naming another registry choice replaces)."""
+    """``override`` over ``base``: mappings merged key by key; a mapping naming another registry choice than the
+    base's replaces it whole; a base mapping without a name (``algo: {loop: ...}``) merges into any named one."""
     merged = dict(base)
     for key, value in override.items():
         old = merged.get(key)
         both = isinstance(old, dict) and isinstance(value, dict)
-        if both and value.get("name", old.get("name")) == old.get("name"):
+        renamed = both and "name" in old and "name" in value and value["name"] != old["name"]
+        if both and not renamed:
             merged[key] = _merge(old, value)
         else:
             merged[key] = value
     return merged
+
+
+def load_run_config(run_dir: str | Path) -> ExperimentConfig:
+    """The resolved config saved in a run directory (``config.yaml``); a missing one is a one-line ConfigError."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
+    return build_dataclass(ExperimentConfig, yaml.safe_load(path.read_text()))
 
 
 def config_to_dict(config: Any) -> dict:

@@ -22,9 +22,8 @@ from robopt.build import (
     resolve_torch_threads,
 )
 from robopt.checkpoint import load_checkpoint
-from robopt.config import ConfigError, ExperimentConfig
+from robopt.config import ConfigError, ExperimentConfig, load_run_config
 from robopt.envs.render import DEFAULT_HEIGHT, DEFAULT_WIDTH, NativeRowRenderer, gymnasium_camera_kwargs
-from robopt.experiment import load_run_config
 from robopt.options import WARP_ONLY_OPTIONS
 
 

@@ -26,6 +26,7 @@ MODULES = [
     "robopt/__init__.py",
     "robopt/options.py",
     "robopt/config.py",
+    "robopt/rates.py",
     "robopt/sim2real/__init__.py",
     "robopt/sim2real/cdr.py",
     "robopt/sim2real/deploy.py",
@@ -36,12 +37,15 @@ MODULES = [
     "robopt/sim2real/protocol.py",
     "robopt/sim2real/robots.py",
     "robopt/sim2real/ros2.py",
+    "robopt/sim2real/ros_fields.py",
     "robopt/sim2real/ros_map.py",
     "robopt/sim2real/ros_messages.py",
     "robopt/sim2real/runtime.py",
     "robopt/sim2real/safety.py",
     "robopt/sim2real/sidecar.py",
+    "robopt/sim2real/tick_log.py",
     "robopt/sim2real/topic_robot.py",
+    "robopt/sim2real/transport.py",
     "robopt/sim2real/zenoh_link.py",
 ]
 

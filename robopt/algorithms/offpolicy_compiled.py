@@ -1,14 +1,16 @@
 """SAC's and TD3's whole update (targets, critic, actor and temperature losses, their Adam steps, Polyak
 averaging) as one compiled graph per call (``algo.compile: true``).
 
-Shapes: B batch, C critics, A action dim. Gradients come from ``torch.func.grad_and_value`` over
-``functional_call`` of the algorithm's own modules (no autograd graph at run time); Adam is written out as
+Shapes: B batch, C critics, A action dim. The graph runs the same update order as the eager update
+(``robopt.algorithms.offpolicy_updates``: ``sac_update``, ``td3_update``) over ``GraphParts``. Gradients come from
+``torch.func.grad_and_value`` over ``functional_call`` of the algorithm's own modules (no autograd graph at run
+time); Adam is written out as
 torch's fused Adam computes it (robopt.core.compiled's formula) on torch's own optimizer state, which is
 created here in torch's format when the optimizer has not stepped yet. So the eager and compiled updates share
 parameters, moments and step counts: a run switches between them freely and checkpoints are the same.
 
-The update's random draws (SAC's reparameterization noise for s' and s, TD3's target smoothing noise) are drawn
-outside the graph from the global torch RNG, in the order the eager update draws them, and passed in: eager and
+The update's random draws (SAC's reparameterization noise for s' and s, TD3's target smoothing noise) are drawn by
+the algorithm outside the graph from the global torch RNG and passed in, as to the eager update: eager and
 compiled updates on the same batch and RNG state agree to float rounding (tests/algorithms/test_offpolicy_compiled.py).
 On CPU, inductor's C++ wrapper launches the graph; on CUDA the graph is also captured as a CUDA graph
 (``mode="reduce-overhead"``).
@@ -23,15 +25,8 @@ import types
 import torch
 from torch import nn
 
+from robopt.algorithms.offpolicy_updates import sac_update, td3_update
 from robopt.core.compiled import compile_unavailable_reason
-from robopt.core.q_losses import (
-    deterministic_actor_loss,
-    q_regression_loss,
-    sac_actor_loss,
-    smoothed_target_action,
-    soft_q_target,
-    temperature_loss,
-)
 
 BATCH_KEYS = ("obs", "action", "reward", "discount", "terminated", "next_obs", "weights")
 
@@ -134,20 +129,6 @@ class CompiledUpdate:
     def _step(self, *args):
         raise NotImplementedError
 
-    def _critic_step(self, critic_state, optimizer, y: torch.Tensor, inputs: tuple, scale: float):
-        """Regress the critics on the target y [B] (weighted, ``scale`` x the summed MSEs) and take their Adam step;
-        returns (loss, td_error [B], mean Q) from before the step."""
-        obs, action, weights = inputs[0], inputs[1], inputs[6]
-
-        def objective(params):
-            q = self.critic(params, obs, action)  # [C, B]
-            loss, td_error = q_regression_loss(q, y, weights, scale=scale)
-            return loss, (td_error, q.mean())
-
-        grads, (loss, (td_error, q_mean)) = torch.func.grad_and_value(objective, has_aux=True)(tuple(critic_state[0]))
-        adam_(critic_state, grads, *_hyper(optimizer))
-        return loss, td_error, q_mean
-
     def run(self, *args, kind: object = None) -> dict[str, torch.Tensor] | None:
         """The compiled step's metrics, or None (said once, eager from then on) when it cannot be compiled.
 
@@ -172,8 +153,68 @@ def say_eager(name: str, reason: str) -> None:
     print(f"algo.compile=true: {reason}; the eager {name} runs instead", file=sys.stderr, flush=True)
 
 
+class GraphParts:
+    """The update's parts inside the graph: the networks called with the optimizers' own parameter tensors,
+    ``torch.func`` gradients, Adam in place on torch's optimizer state, Polyak averaging with ``_foreach_lerp_``."""
+
+    def __init__(self, update: CompiledUpdate, actor_state, critic_state, target_critic, **extra) -> None:
+        self.update, self.actor_state, self.critic_state, self.target_params = (
+            update,
+            actor_state,
+            critic_state,
+            target_critic,
+        )
+        self.alpha_state = extra.get("alpha_state")  # SAC's temperature
+        self.target_actor_params = extra.get("target_actor")  # TD3's target actor
+        self.auto_temperature = getattr(update.algorithm, "auto_temperature", False)
+
+    def actor(self, obs: torch.Tensor, *noise) -> torch.Tensor:
+        return self.update.actor(self.actor_state[0], obs, *noise)
+
+    def target_actor(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.update.target_actor(self.target_actor_params, obs)
+
+    def critic(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.update.critic(self.critic_state[0], obs, action)
+
+    def target_critic(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.update.critic(self.target_params, obs, action)
+
+    def alpha(self) -> torch.Tensor:
+        return self.alpha_state[0][0].exp()
+
+    def without_gradient(self, compute):
+        return compute()
+
+    def critic_step(self, objective):
+        critic = self.update.critic
+        grads, (loss, aux) = torch.func.grad_and_value(
+            lambda params: objective(lambda *a: critic(params, *a)), has_aux=True
+        )(tuple(self.critic_state[0]))
+        adam_(self.critic_state, grads, *_hyper(self.update.algorithm.critic_optimizer))
+        return loss, aux
+
+    def actor_step(self, objective, has_aux: bool = False):
+        actor = self.update.actor
+        grads, out = torch.func.grad_and_value(lambda params: objective(lambda *a: actor(params, *a)), has_aux=has_aux)(
+            tuple(self.actor_state[0])
+        )
+        adam_(self.actor_state, grads, *_hyper(self.update.algorithm.actor_optimizer))
+        return out
+
+    def alpha_step(self, objective) -> torch.Tensor:
+        grad, loss = torch.func.grad_and_value(objective)(self.alpha_state[0][0])
+        adam_(self.alpha_state, (grad,), *_hyper(self.update.algorithm.alpha_optimizer))
+        return loss
+
+    def polyak(self, tau: float) -> None:
+        torch._foreach_lerp_(self.target_params, self.critic_state[0], tau)
+        if self.target_actor_params is not None:
+            torch._foreach_lerp_(self.target_actor_params, self.actor_state[0], tau)
+
+
 class CompiledSACUpdate(CompiledUpdate):
-    """SAC.update as one graph: soft target, critic step, actor step, temperature step, Polyak averaging."""
+    """SAC's update (``sac_update``) as one graph: soft target, critic, actor and temperature steps, Polyak."""
 
     name = "SAC update"
 
@@ -186,61 +227,34 @@ class CompiledSACUpdate(CompiledUpdate):
         self.alpha_state = adam_state(sac.alpha_optimizer)
         self.target = [p.detach() for p in sac.target_critic.parameters()]
 
-    def __call__(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
-        next_noise = torch.randn_like(batch["action"])  # the eager update's order: s' first, then s
-        noise = torch.randn_like(batch["action"])
+    def __call__(self, batch: dict[str, torch.Tensor], next_noise, noise) -> dict[str, torch.Tensor] | None:
         inputs = tuple(batch[key] for key in BATCH_KEYS)
         return self.run(self.actor_state, self.critic_state, self.alpha_state, self.target, inputs, next_noise, noise)
 
     def _step(self, actor_state, critic_state, alpha_state, target, inputs, next_noise, noise):
         sac = self.algorithm
-        obs, action, reward, discount, terminated, next_obs, weights = inputs
-        actor, critic, log_alpha = actor_state[0], critic_state[0], alpha_state[0][0]
-        alpha = log_alpha.exp()
-        next_action, next_log_prob = self.actor(actor, next_obs, next_noise)
-        next_q = self.critic(target, next_obs, next_action)  # [C, B]
-        y = soft_q_target(reward, discount, terminated, next_q, next_log_prob, alpha)
-
-        critic_loss, td_error, q_mean = self._critic_step(critic_state, sac.critic_optimizer, y, inputs, scale=0.5)
-
-        def actor_objective(params):
-            new_action, log_prob = self.actor(params, obs, noise)
-            return sac_actor_loss(self.critic(critic, obs, new_action), log_prob, alpha), log_prob
-
-        grads, (actor_loss, log_prob) = torch.func.grad_and_value(actor_objective, has_aux=True)(tuple(actor))
-        adam_(actor_state, grads, *_hyper(sac.actor_optimizer))
-        metrics = {"critic_loss": critic_loss, "actor_loss": actor_loss, "alpha": alpha,
-                   "entropy": -log_prob.mean(), "q_mean": q_mean, "td_error": td_error}  # fmt: skip
-        if sac.auto_temperature:
-            metrics["alpha_loss"] = temperature_loss(log_alpha, log_prob, sac.target_entropy)
-            # d/d log_alpha of -mean(log_alpha (log pi + H)) = -mean(log pi + H)
-            alpha_grad = -(log_prob + sac.target_entropy).mean()
-            adam_(alpha_state, (alpha_grad,), *_hyper(sac.alpha_optimizer))
-        torch._foreach_lerp_(target, critic, sac.config.tau)
-        return metrics
+        parts = GraphParts(self, actor_state, critic_state, target, alpha_state=alpha_state)
+        batch = dict(zip(BATCH_KEYS, inputs))
+        return sac_update(parts, batch, next_noise, noise, sac.target_entropy, sac.config.tau)
 
 
 class CompiledTD3Update(CompiledUpdate):
-    """TD3.update as one graph: the critic-only update and the full one (every ``policy_delay``) compile apart."""
+    """TD3's update (``td3_update``) as one graph: the critic-only update and the full one (every ``policy_delay``)
+    compile apart."""
 
     name = "TD3 update"
 
     def refresh(self) -> None:
         td3 = self.algorithm
         self.actor = _Functional(td3.policy, "mean_action", td3.actor_params)
-        target_actor = [p for name, p in td3.target_policy.named_parameters() if name != "log_std"]
-        self.target_actor = _Functional(td3.target_policy, "mean_action", target_actor)
+        self.target_actor = _Functional(td3.target_policy, "mean_action", td3.target_actor_params)
         self.critic = _Functional(td3.critic, "forward", list(td3.critic.parameters()))
-        self.scale = float(td3.half_range.mean())  # a constant of the graph, as the eager update's float()
         self.actor_state = adam_state(td3.actor_optimizer)
         self.critic_state = adam_state(td3.critic_optimizer)
-        self.targets = ([p.detach() for p in target_actor], [p.detach() for p in td3.target_critic.parameters()])
+        target_critic = [p.detach() for p in td3.target_critic.parameters()]
+        self.targets = ([p.detach() for p in td3.target_actor_params], target_critic)
 
-    def __call__(self, batch: dict[str, torch.Tensor], update_actor: bool) -> dict[str, torch.Tensor] | None:
-        td3, action = self.algorithm, batch["action"]
-        noise = None
-        if td3.config.target_noise > 0.0:  # as smoothed_target_action draws it, from the global RNG
-            noise = torch.randn(action.shape, device=action.device, dtype=action.dtype)
+    def __call__(self, batch: dict[str, torch.Tensor], noise, update_actor: bool) -> dict[str, torch.Tensor] | None:
         inputs = tuple(batch[key] for key in BATCH_KEYS)
         return self.run(
             self.actor_state, self.critic_state, self.targets, inputs, noise, update_actor, kind=update_actor
@@ -248,27 +262,6 @@ class CompiledTD3Update(CompiledUpdate):
 
     def _step(self, actor_state, critic_state, targets, inputs, noise, update_actor):
         td3 = self.algorithm
-        config = td3.config
-        obs, action, reward, discount, terminated, next_obs, weights = inputs
-        actor, critic = actor_state[0], critic_state[0]
-        target_actor, target_critic = targets
-        scale = self.scale
-        next_action = smoothed_target_action(
-            self.target_actor(target_actor, next_obs), config.target_noise * scale, config.target_noise_clip * scale,
-            td3.low, td3.high, standard_normal=noise,
-        )  # fmt: skip
-        y = soft_q_target(reward, discount, terminated, self.critic(target_critic, next_obs, next_action))
-
-        critic_loss, td_error, q_mean = self._critic_step(critic_state, td3.critic_optimizer, y, inputs, scale=1.0)
-        metrics = {"critic_loss": critic_loss, "q_mean": q_mean, "td_error": td_error}
-        if update_actor:
-
-            def actor_objective(params):
-                return deterministic_actor_loss(self.critic(critic, obs, self.actor(params, obs))[0])
-
-            grads, actor_loss = torch.func.grad_and_value(actor_objective)(tuple(actor))
-            adam_(actor_state, grads, *_hyper(td3.actor_optimizer))
-            torch._foreach_lerp_(target_critic, critic, config.tau)
-            torch._foreach_lerp_(target_actor, actor, config.tau)
-            metrics["actor_loss"] = actor_loss
-        return metrics
+        parts = GraphParts(self, actor_state, critic_state, targets[1], target_actor=targets[0])
+        batch = dict(zip(BATCH_KEYS, inputs))
+        return td3_update(parts, batch, noise, update_actor, td3.smoothing, td3.config.tau)

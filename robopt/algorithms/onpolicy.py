@@ -7,11 +7,14 @@ never calls ``log_prob``. Everything stays on ``env.device``; metrics are reduce
 ``privileged=True`` (an asymmetric actor-critic, Pinto et al. 2018): the critic sees cat(obs, privileged) with
 the env's ``privileged_obs()`` [N, P] (its randomized parameters), truncated rows bootstrap from
 V(final_obs, info["final_privileged_obs"]); the policy sees obs only.
+
+Variants hook in at fixed points (``hooks``: ``begin_iteration``, ``observe`` after each env step, ``advantages``
+in place of GAE, ``complete`` once the batch is made, ``metrics``); group-relative advantages, DAPO's dynamic
+sampling and refill and the language task's counters live beside the loop, in ``robopt.llm.group_sampling``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -19,13 +22,14 @@ from typing import Protocol
 import torch
 
 from robopt.buffers.rollout import RolloutBatch, RolloutStorage
-from robopt.core.advantages import bootstrap_value, equal_reward_groups, gae, group_advantage, normalize_advantage
+from robopt.core.advantages import bootstrap_value, gae, normalize_advantage
 from robopt.core.errors import NonFiniteError
 from robopt.core.normalization import RewardScaler
 from robopt.core.protocols import Policy, VecEnv
 from robopt.core.shapes import check_shape
 from robopt.distributed.collective import LOCAL, Collective
 from robopt.envs.episode_stats import EnvLog
+from robopt.llm.group_sampling import hooks_for
 from robopt.options import ConfigError, option
 
 __all__ = ["NonFiniteError", "OnPolicyAlgorithm", "OnPolicyLoop", "RolloutConfig"]
@@ -91,6 +95,7 @@ class OnPolicyLoop:
         privileged: bool = False,
         update_policy_normalizer: bool = True,
         collective: Collective = LOCAL,
+        hooks=None,
     ) -> None:
         self.env, self.policy, self.critic, self.algorithm, self.rollout = env, policy, critic, algorithm, rollout
         self.collective = collective  # data-parallel: this rank's envs are one share of the run's
@@ -106,19 +111,8 @@ class OnPolicyLoop:
         # False when fine-tuning a pretrained policy: its input statistics stay those it was trained under
         self.update_policy_normalizer = update_policy_normalizer
         privileged_dim = env.privileged_dim if privileged else 0
-        if rollout.advantage == "group" and not hasattr(env, "group_size"):
-            raise ConfigError(
-                f"rollout.advantage=group needs an env whose rows come in groups sharing a prompt (robopt/Text), "
-                f"not {env.env_id}; use rollout.advantage=gae"
-            )
-        if rollout.advantage == "gae" and (rollout.leave_one_out or rollout.dynamic_sampling or not rollout.group_std):
-            raise ConfigError(
-                "rollout.group_std, leave_one_out and dynamic_sampling are options of rollout.advantage=group; "
-                "with gae they would be ignored"
-            )
-        if rollout.advantage == "group" and rollout.leave_one_out and env.group_size < 2:
-            raise ConfigError(f"rollout.leave_one_out needs env.kwargs.group_size >= 2, got {env.group_size}")
-        self.dropped_fraction, self.dropped_rows, self.generated_rows, self.refill_count = 0.0, 0, 0, 0
+        # the variant's hooks (robopt.llm.group_sampling): group advantages, dynamic sampling, task counters
+        self.hooks = hooks_for(rollout, env) if hooks is None else hooks
         if privileged and privileged_dim < 1:
             raise ValueError(f"{env.env_id}: a privileged critic needs env.privileged_dim > 0, got {privileged_dim}")
         self.storage = RolloutStorage(
@@ -130,7 +124,6 @@ class OnPolicyLoop:
         self.env_steps = 0
         self.accuracy: list[torch.Tensor] = []
         self.env_log = EnvLog()
-        self.verifier_failures: list[torch.Tensor] = []
 
     @property
     def steps_per_iteration(self) -> int:
@@ -144,9 +137,8 @@ class OnPolicyLoop:
         """Fill the storage with T steps; returns (episode returns, episode lengths) of episodes that ended."""
         storage, env, policy = self.storage, self.env, self.policy
         ended_return, ended_length = [], []  # T tensors of [N]
-        self.accuracy = accuracy = []
-        self.verifier_failures = failures = []
         self.env_log = env_log = EnvLog()
+        observe = self.hooks.observe
         obs, privileged = self.obs, None
         for t in range(storage.num_steps):
             action, info = policy.act(obs)  # [N, A]; values are computed for the whole rollout at once later
@@ -160,10 +152,7 @@ class OnPolicyLoop:
                 t, obs, action, info, reward, terminated, truncated, env_info["final_obs"],
                 privileged, env_info.get("final_privileged_obs"),
             )  # fmt: skip
-            if "accuracy" in env_info:  # language tasks: exact-match accuracy of the completions
-                accuracy.append(env_info["accuracy"].mean())
-            if "verifier_failed" in env_info:  # language tasks: rows whose reward functions failed (scored 0)
-                failures.append(env_info["verifier_failed"].sum())
+            observe(env_info)
             ended_return.append(env_info["episode_return"])
             ended_length.append(env_info["episode_length"])
             env_log.add(env_info)
@@ -197,87 +186,38 @@ class OnPolicyLoop:
         truncated_rows = storage.truncated.nonzero(as_tuple=True)
         if truncated_rows[0].numel() > 0:
             final_value[truncated_rows] = self.critic(storage.final_critic_input(truncated_rows))
-        if rollout.advantage == "group":
-            return self._group_batch(critic_input)
+        batch = self.hooks.advantages(self, critic_input)  # a variant's advantages (group-relative), or None
+        if batch is not None:
+            return batch
         next_value = bootstrap_value(storage.value, last_value, final_value, storage.terminated, storage.truncated)
         advantage, return_target = gae(
             storage.reward, storage.value, next_value, storage.terminated, storage.truncated,
             rollout.gamma, rollout.gae_lambda,
         )  # fmt: skip
         if rollout.normalize_advantage:
-            advantage = self._normalize_advantage(advantage)
+            advantage = self.normalize_advantage(advantage)
         return storage.flatten(advantage, return_target, critic_input)
 
-    def _normalize_advantage(self, advantage: torch.Tensor) -> torch.Tensor:
+    def normalize_advantage(self, advantage: torch.Tensor) -> torch.Tensor:
         """Zero mean, unit std over the batch: this rank's, or in a data-parallel run every rank's rows."""
         if self.collective.world_size == 1:
             return normalize_advantage(advantage)
         mean, std = self.collective.mean_std(advantage)
         return (advantage - mean) / (std + 1e-8)
 
-    def _group_batch(self, critic_input: torch.Tensor) -> RolloutBatch:
-        """Group-relative advantages (GRPO; RLOO with ``leave_one_out``) over rows sharing a prompt.
-
-        Rows of each step come in consecutive groups of the env's ``group_size``; the return target is the reward
-        (single-step episodes). With ``dynamic_sampling`` the rows of groups whose rewards are all equal (zero
-        advantage, no signal) leave the batch (DAPO's filter; ``iteration`` refills it); the share dropped is
-        logged. ``normalize_advantage`` then normalizes the kept rows over the batch (after refilling).
-        """
-        storage, rollout, group = self.storage, self.rollout, self.env.group_size
-        reward = storage.reward.reshape(-1)  # [T * N], time-major: each step's N rows in groups of G
-        advantage = group_advantage(reward, group, rollout.group_std, rollout.leave_one_out)
-        batch = storage.flatten(advantage.reshape(storage.reward.shape), storage.reward, critic_input)
-        if rollout.dynamic_sampling:
-            keep = ~equal_reward_groups(reward, group).repeat_interleave(group)  # [T * N]
-            self.dropped_rows += int((~keep).sum())
-            batch = batch.index(keep.nonzero()[:, 0])
-        return batch
-
-    def _refill(self, batch: RolloutBatch, returns: list, lengths: list) -> RolloutBatch:
-        """DAPO's refill: new rollouts (``rollout.refill_rounds`` at most) until the groups with signal fill the
-        batch of T x N rows, which is then cut to T x N (whole groups: both are multiples of the group size).
-
-        Every extra rollout counts in ``env_steps``; its episode statistics and accuracy join the iteration's.
-        """
-        target, kept, rounds = self.storage.num_steps * self.env.num_envs, [batch], 0
-        accuracy, failures = self.accuracy, self.verifier_failures
-        while sum(len(b) for b in kept) < target and rounds < self.rollout.refill_rounds:
-            episode_return, episode_length = self.collect()
-            accuracy, failures = accuracy + self.accuracy, failures + self.verifier_failures
-            returns.append(episode_return)
-            lengths.append(episode_length)
-            rounds += 1
-            self.env_steps += self.steps_per_iteration
-            self.generated_rows += target
-            self._check_finite("observation", self.storage.obs)
-            self._check_finite("reward", self.storage.reward)
-            kept.append(self.advantages())
-        self.accuracy, self.verifier_failures, self.refill_count = accuracy, failures, rounds
-        batch = kept[0] if len(kept) == 1 else RolloutBatch.cat(kept)
-        if len(batch) <= target:
-            return batch
-        return batch.index(torch.arange(target, device=batch.obs.device))
-
     def iteration(self, progress: float) -> dict[str, float]:
         """Collect, estimate advantages, update, then refresh the normalizers. Returns metrics as floats."""
+        self.hooks.begin_iteration()
         try:
             episode_return, episode_length = self.collect()
         except NonFiniteError as error:
             raise NonFiniteError(f"iteration {self.iteration_count + 1}: {error}") from None
         self.iteration_count += 1
         self.env_steps += self.steps_per_iteration
-        self._check_finite("observation", self.storage.obs)
-        self._check_finite("reward", self.storage.reward)
-        self.dropped_rows, self.generated_rows, self.refill_count = 0, self.storage.num_steps * self.env.num_envs, 0
-        batch = self.advantages()
-        if self.rollout.advantage == "group":
-            if self.rollout.refill_rounds > 0:
-                returns, lengths = [episode_return], [episode_length]
-                batch = self._refill(batch, returns, lengths)
-                episode_return, episode_length = torch.cat(returns), torch.cat(lengths)
-            self.dropped_fraction = self.dropped_rows / self.generated_rows
-            if self.rollout.normalize_advantage and len(batch) > 1:
-                batch = dataclasses.replace(batch, advantage=self._normalize_advantage(batch.advantage))
+        self.check_rollout_finite()
+        returns, lengths = [episode_return], [episode_length]  # a variant may add rollouts (DAPO's refill)
+        batch = self.hooks.complete(self, self.advantages(), returns, lengths)
+        episode_return, episode_length = torch.cat(returns), torch.cat(lengths)
         if len(batch) == 0:  # dynamic sampling dropped every group: nothing to learn from this rollout
             metrics = {}
         elif self.iteration_count <= self.critic_warmup:
@@ -285,14 +225,7 @@ class OnPolicyLoop:
         else:
             metrics = self.algorithm.update(batch, progress)
         values = {k: float(v) for k, v in self.collective.mean_dict(metrics).items()}
-        if self.rollout.dynamic_sampling:
-            values["dropped_fraction"] = self.dropped_fraction
-        if self.rollout.refill_rounds > 0:
-            values["refill_rounds"] = float(self.refill_count)
-        if self.accuracy:
-            values["accuracy"] = float(torch.stack(self.accuracy).mean())
-        if self.verifier_failures:
-            values["verifier_failures"] = float(torch.stack(self.verifier_failures).sum())
+        values.update(self.hooks.metrics())
         values.update(self.env_log.values())
         for name, value in values.items():
             if not math.isfinite(value):
@@ -363,6 +296,11 @@ class OnPolicyLoop:
             check_shape(f"{env.env_id} {name}", tensor, (n,))
         if terminated.dtype != torch.bool or truncated.dtype != torch.bool:
             raise TypeError(f"{env.env_id}: terminated/truncated must be bool tensors, got {terminated.dtype}")
+
+    def check_rollout_finite(self) -> None:
+        """A NonFiniteError naming the source when the stored rollout holds a non-finite observation or reward."""
+        self._check_finite("observation", self.storage.obs)
+        self._check_finite("reward", self.storage.reward)
 
     def _check_finite(self, source: str, tensor: torch.Tensor) -> None:
         # any rank's: every rank stops at the same point rather than one waiting on the others' next collective

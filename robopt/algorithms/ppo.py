@@ -17,13 +17,14 @@ from torch import nn
 from robopt.buffers.rollout import RolloutBatch
 from robopt.core.advantages import normalize_advantage
 from robopt.core.compiled import CompiledFirstOrderStep, compile_unavailable_reason
-from robopt.core.losses import explained_variance, kl_estimate, value_error
+from robopt.core.losses import explained_variance, value_error
 from robopt.core.protocols import SupportsEntropy, SupportsKL, require
 from robopt.core.ratio_control import RatioControl
 from robopt.core.schedules import SCHEDULES, make_schedule
-from robopt.core.surrogates import REDUCTIONS, masked_mean, ratio_metrics, surrogate
+from robopt.core.surrogates import REDUCTIONS, ratio_metrics, surrogate
 from robopt.core.updaters import FirstOrderUpdater
 from robopt.distributed.collective import LOCAL, Collective
+from robopt.llm.objective import token_terms
 from robopt.options import ConfigError, option
 
 
@@ -91,21 +92,14 @@ def ppo_loss(
     kl = None  # the adaptive penalty's exact KL when the policy has one; k3 on the log-ratio otherwise (flow)
     if control.name == "kl_penalty_adaptive" and isinstance(policy, SupportsKL):
         kl = policy.kl(batch.obs, info)
-    mask = info.get("mask")  # [B, T] valid tokens of a language policy's completions
     policy_loss, metrics = surrogate(
-        log_ratio, batch.advantage, control, mask=mask, kl=kl, with_metrics=with_metrics,
+        log_ratio, batch.advantage, control, mask=info.get("mask"), kl=kl, with_metrics=with_metrics,
         reduction=config.reduction, normalizer=config.loss_normalizer or None,
     )  # fmt: skip
-    ref_coef = getattr(getattr(policy, "config", None), "kl_coef", 0.0)
-    if ref_coef > 0.0 and "ref_log_prob" in info:  # a language policy's KL penalty to its reference model
-        estimator = policy.config.kl_estimator
-        reference = masked_mean(kl_estimate(info["log_prob"] + log_ratio, info["ref_log_prob"], estimator), mask)
-        policy_loss = policy_loss + ref_coef * reference
-        if with_metrics:
-            metrics["reference_kl"] = reference.detach()
-    if with_metrics and mask is not None:  # language: from the acting pass's stored numbers, no forward pass
-        metrics["completion_length"] = mask.sum(-1).float().mean()  # tokens per completion, stop included
-        metrics["token_nll"] = -masked_mean(info["log_prob"], mask)  # -log pi_act(a_t): a per-token entropy estimate
+    penalty, token_metrics = token_terms(policy, log_ratio, info, with_metrics)  # a language policy's, beside
+    if penalty is not None:
+        policy_loss = policy_loss + penalty
+    metrics.update(token_metrics)
     value = critic(batch.critic_input)  # [B] (obs, or cat(obs, privileged) for a privileged critic)
     squared_error = value_error(
         value, batch.return_target, batch.value, config.value_clip if config.value_clip > 0 else None

@@ -1,10 +1,11 @@
 """Soft Actor-Critic (Haarnoja et al. 2018a, b) on the off-policy loop: twin Q, squashed Gaussian, auto temperature.
 
 Shapes: B batch, C = 2 critics, A action dim. The losses are the pure functions of ``robopt.core.q_losses``;
-this module holds the config, the networks' optimizers and the order of one update (critic, actor, temperature,
-Polyak averaging of the target critics). The actor is robopt's Gaussian policy with ``squash: true``, usually with
-``state_dependent_std: true`` (SB3's actor; tests/algorithms/test_offpolicy_sb3_parity.py checks losses and whole
-updates against SB3). Adam is the fused kernel (one call per optimizer step).
+this module holds the config and the networks' optimizers; the order of one update (critic, actor, temperature,
+Polyak averaging of the target critics) is ``robopt.algorithms.offpolicy_updates.sac_update``, which the eager and
+the compiled (``algo.compile``) updates both run. The actor is robopt's Gaussian policy with ``squash: true``,
+usually with ``state_dependent_std: true`` (SB3's actor; tests/algorithms/test_sac_sb3_parity.py checks losses and
+whole updates against SB3). Adam is the fused kernel (one call per optimizer step).
 """
 
 from __future__ import annotations
@@ -13,17 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
-from robopt.algorithms.offpolicy import (
-    OffPolicyLoop,
-    OffPolicySchedule,
-    build_replay,
-    frozen,
-    optimizer_step,
-    q_critics,
-)
+from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule
 from robopt.algorithms.offpolicy_compiled import CompiledSACUpdate
-from robopt.algorithms.offpolicy_parts import check_rates
-from robopt.core.q_losses import polyak_update, q_regression_loss, sac_actor_loss, soft_q_target, temperature_loss
+from robopt.algorithms.offpolicy_parts import NamedState, check_rates
+from robopt.algorithms.offpolicy_toolkit import build_replay, q_critics
+from robopt.algorithms.offpolicy_updates import EagerParts, sac_update
 from robopt.options import ConfigError, option
 
 
@@ -55,8 +50,10 @@ class SACConfig:
             raise ValueError(f"ent_coef_init must be > 0, got {self.ent_coef_init}")
 
 
-class SAC:
+class SAC(NamedState):
     """One SAC update per replay batch: critic regression, actor step, temperature step, target averaging."""
+
+    STATE_PARTS = ("critic", "target_critic", "actor_optimizer", "critic_optimizer", "alpha_optimizer")
 
     def __init__(self, config: SACConfig, policy, env) -> None:
         action_dim, device = env.action_dim, env.device
@@ -70,56 +67,25 @@ class SAC:
         self.log_alpha = torch.full((), log_initial, device=device, requires_grad=self.auto_temperature)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.learning_rate, fused=True)
         self.target_entropy = config.target_entropy or -float(action_dim)
+        self.eager = EagerParts(self, "rsample")
         self.compiled = CompiledSACUpdate(self) if config.compile else None
         self.collective = None  # a data-parallel run's (set by OffPolicyLoop.use_collective): averaged gradients
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, torch.Tensor]:
+        """``sac_update`` on this batch, in the compiled graph (``algo.compile``) or eagerly."""
+        next_noise = torch.randn_like(batch["action"])  # the reparameterization noise: s' first, then s
+        noise = torch.randn_like(batch["action"])
         if self.compiled is not None and self.compiled.active:
-            metrics = self.compiled(batch)
+            metrics = self.compiled(batch, next_noise, noise)
             if metrics is not None:
                 return metrics
-        config, policy = self.config, self.policy
-        alpha = self.log_alpha.detach().exp()
-        with torch.no_grad():
-            next_action, next_log_prob = policy.rsample(batch["next_obs"])
-            next_q = self.target_critic(batch["next_obs"], next_action)  # [C, B]
-            target = soft_q_target(
-                batch["reward"], batch["discount"], batch["terminated"], next_q, next_log_prob, alpha
-            )
-        q = self.critic(batch["obs"], batch["action"])  # [C, B]
-        critic_loss, td_error = q_regression_loss(q, target, batch["weights"], scale=0.5)
-        optimizer_step(self.critic_optimizer, critic_loss, self.collective)
-
-        action, log_prob = policy.rsample(batch["obs"])
-        with frozen(self.critic):
-            actor_loss = sac_actor_loss(self.critic(batch["obs"], action), log_prob, alpha)
-            optimizer_step(self.actor_optimizer, actor_loss, self.collective)
-
-        metrics = {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "alpha": alpha,
-                   "entropy": -log_prob.detach().mean(), "q_mean": q.detach().mean(), "td_error": td_error}  # fmt: skip
-        if self.auto_temperature:
-            alpha_loss = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
-            optimizer_step(self.alpha_optimizer, alpha_loss, self.collective)
-            metrics["alpha_loss"] = alpha_loss.detach()
-        polyak_update(self.target_critic.parameters(), self.critic.parameters(), config.tau)
-        return metrics
+        return sac_update(self.eager, batch, next_noise, noise, self.target_entropy, self.config.tau)
 
     def state_dict(self) -> dict:
-        return {
-            "critic": self.critic.state_dict(),
-            "target_critic": self.target_critic.state_dict(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "alpha_optimizer": self.alpha_optimizer.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-        }
+        return super().state_dict() | {"log_alpha": self.log_alpha.detach().clone()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.critic.load_state_dict(state["critic"])
-        self.target_critic.load_state_dict(state["target_critic"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        super().load_state_dict(state)
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         if self.compiled is not None and self.compiled.active:

@@ -13,22 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
-from robopt.algorithms.offpolicy import (
-    OffPolicyLoop,
-    OffPolicySchedule,
-    build_replay,
-    frozen,
-    optimizer_step,
-    q_critics,
-)
+from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule
 from robopt.algorithms.offpolicy_compiled import CompiledTD3Update
-from robopt.core.q_losses import (
-    deterministic_actor_loss,
-    polyak_update,
-    q_regression_loss,
-    smoothed_target_action,
-    soft_q_target,
-)
+from robopt.algorithms.offpolicy_parts import NamedState, check_rates
+from robopt.algorithms.offpolicy_toolkit import build_replay, q_critics
+from robopt.algorithms.offpolicy_updates import EagerParts, td3_update
 from robopt.options import ConfigError, option
 
 
@@ -52,9 +41,7 @@ class TD3Config:
     loop: OffPolicySchedule = option(OffPolicySchedule(), "loop rhythm: warm-up, update ratio, batch, buffer")
 
     def __post_init__(self) -> None:
-        if self.learning_rate <= 0.0 or not 0.0 < self.tau <= 1.0 or not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"need learning_rate > 0, tau in (0, 1], gamma in [0, 1]; got {self.learning_rate}, "
-                             f"{self.tau}, {self.gamma}")  # fmt: skip
+        check_rates(self)
         if self.num_critics < 1 or self.policy_delay < 1:
             raise ValueError(f"num_critics and policy_delay must be >= 1, got {self.num_critics}, {self.policy_delay}")
         if min(self.target_noise, self.target_noise_clip, self.exploration_noise) < 0.0:
@@ -68,8 +55,10 @@ class DDPGConfig(TD3Config):
     target_noise: float = option(0.0, "std of the target policy smoothing noise (DDPG: none)")
 
 
-class TD3:
+class TD3(NamedState):
     """Critic regression every update; actor, target actor and target critics every ``policy_delay`` updates."""
+
+    STATE_PARTS = ("critic", "target_critic", "target_policy", "actor_optimizer", "critic_optimizer")
 
     def __init__(self, config: TD3Config, policy, env) -> None:
         self.config, self.policy = config, policy
@@ -84,6 +73,11 @@ class TD3:
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=config.learning_rate, fused=True)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate, fused=True)
         self.updates = 0
+        scale = self.half_range.mean()  # smoothing noise std and clip in the action's units
+        noise_std, noise_clip = float(config.target_noise * scale), float(config.target_noise_clip * scale)
+        self.smoothing = (noise_std, noise_clip, self.low, self.high)
+        self.target_actor_params = [p for name, p in self.target_policy.named_parameters() if name != "log_std"]
+        self.eager = EagerParts(self, "mean_action", (self.target_actor_params, self.actor_params))
         self.compiled = CompiledTD3Update(self) if config.compile else None
         self.collective = None  # a data-parallel run's (set by OffPolicyLoop.use_collective): averaged gradients
 
@@ -96,53 +90,24 @@ class TD3:
         return torch.maximum(torch.minimum(action, self.high), self.low)
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, torch.Tensor]:
-        config = self.config
+        """``td3_update`` on this batch, in the compiled graph (``algo.compile``) or eagerly."""
+        update_actor = (self.updates + 1) % self.config.policy_delay == 0
+        action, noise = batch["action"], None
+        if self.config.target_noise > 0.0:  # the smoothing noise, from the global RNG
+            noise = torch.randn(action.shape, device=action.device, dtype=action.dtype)
+        metrics = None
         if self.compiled is not None and self.compiled.active:
-            metrics = self.compiled(batch, update_actor=(self.updates + 1) % config.policy_delay == 0)
-            if metrics is not None:
-                self.updates += 1
-                return metrics
-        with torch.no_grad():
-            next_action = self.target_policy.mean_action(batch["next_obs"])
-            scale = self.half_range.mean()
-            next_action = smoothed_target_action(
-                next_action, float(config.target_noise * scale), float(config.target_noise_clip * scale),
-                self.low, self.high,
-            )  # fmt: skip
-            next_q = self.target_critic(batch["next_obs"], next_action)  # [C, B]
-            target = soft_q_target(batch["reward"], batch["discount"], batch["terminated"], next_q)
-        q = self.critic(batch["obs"], batch["action"])  # [C, B]
-        critic_loss, td_error = q_regression_loss(q, target, batch["weights"], scale=1.0)
-        optimizer_step(self.critic_optimizer, critic_loss, self.collective)
+            metrics = self.compiled(batch, noise, update_actor)
+        if metrics is None:
+            metrics = td3_update(self.eager, batch, noise, update_actor, self.smoothing, self.config.tau)
         self.updates += 1
-        metrics = {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean(), "td_error": td_error}
-        if self.updates % config.policy_delay == 0:
-            with frozen(self.critic):
-                q_first = self.critic(batch["obs"], self.policy.mean_action(batch["obs"]))[0]
-                actor_loss = deterministic_actor_loss(q_first)
-                optimizer_step(self.actor_optimizer, actor_loss, self.collective)
-            polyak_update(self.target_critic.parameters(), self.critic.parameters(), config.tau)
-            target_actor = [p for name, p in self.target_policy.named_parameters() if name != "log_std"]
-            polyak_update(target_actor, self.actor_params, config.tau)
-            metrics["actor_loss"] = actor_loss.detach()
         return metrics
 
     def state_dict(self) -> dict:
-        return {
-            "critic": self.critic.state_dict(),
-            "target_critic": self.target_critic.state_dict(),
-            "target_policy": self.target_policy.state_dict(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "updates": self.updates,
-        }
+        return super().state_dict() | {"updates": self.updates}
 
     def load_state_dict(self, state: dict) -> None:
-        self.critic.load_state_dict(state["critic"])
-        self.target_critic.load_state_dict(state["target_critic"])
-        self.target_policy.load_state_dict(state["target_policy"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        super().load_state_dict(state)
         self.updates = int(state["updates"])
         if self.compiled is not None and self.compiled.active:
             self.compiled.refresh()  # the optimizers' state tensors were replaced

@@ -1,7 +1,6 @@
-"""The tables of env ids (native and torch-native tasks) that task modules register into.
+"""What a native task is (``NativeTask``) and the env backends: the lowest layer of the env registry.
 
-The lowest layer of the env registry: it imports no task. ``robopt.envs.registry`` imports the task modules
-(which fill these tables when imported) and resolves ids and backends.
+It imports no task; ``robopt.envs.registry`` lists the tasks in its own tables and resolves ids and backends.
 """
 
 from __future__ import annotations
@@ -21,18 +20,3 @@ class NativeTask:
     name: str
     gymnasium_id: str | None
     factories: dict[str, Callable[..., VecEnv]]
-
-
-NATIVE_TASKS: dict[str, NativeTask] = {}
-TORCH_TASKS: dict[str, Callable[..., VecEnv]] = {}
-"""``robopt/<Name>`` -> ``factory(num_envs, device, **kw)``; filled by the torch-native task modules."""
-
-
-def register_native_task(task: NativeTask) -> None:
-    """Add a native task under ``mujoco/<name>``."""
-    NATIVE_TASKS[f"mujoco/{task.name}"] = task
-
-
-def register_torch_task(name: str, factory: Callable[..., VecEnv]) -> None:
-    """Add a torch-native task under ``robopt/<name>``."""
-    TORCH_TASKS[f"robopt/{name}"] = factory

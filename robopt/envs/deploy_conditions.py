@@ -24,7 +24,7 @@ from collections import deque
 import gymnasium as gym
 import numpy as np
 
-from robopt.sim2real.safety import limit_rate  # numpy only
+from robopt.rates import limit_rate  # numpy only
 
 OPTIONS = ("delay_ticks", "max_action_delta", "obs_noise")
 

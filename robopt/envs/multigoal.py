@@ -20,7 +20,6 @@ import math
 
 import torch
 
-from robopt.envs.catalog import register_torch_task
 from robopt.envs.episode_stats import EpisodeTracker
 from robopt.envs.native_env import check_action
 
@@ -177,6 +176,3 @@ def make_multigoal(num_envs: int, device: str | torch.device = "cpu", **kwargs) 
     if unknown:
         raise ValueError(f"{ENV_ID}: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(OPTIONS)}")
     return MultiGoalEnv(num_envs, device=device, **kwargs)
-
-
-register_torch_task("MultiGoal", make_multigoal)

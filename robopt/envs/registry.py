@@ -1,5 +1,5 @@
-"""Env ids and backends: one explicit registry, no import strings (the tables live in ``robopt.envs.catalog``,
-filled by the task modules this module imports).
+"""Env ids and backends: one explicit registry, no import strings and no registration by the task modules: the
+tables below name every native and torch-native task.
 
 Ids:
     ``mujoco/<Task>``: a native batched task (robopt.envs.tasks); runs on backend ``mujoco`` (CPU threads),
@@ -16,15 +16,22 @@ Ids:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-import robopt.envs.multigoal  # noqa: F401  (registers robopt/MultiGoal)
-import robopt.envs.tasks  # noqa: F401  (registers the native mujoco/<Task> ids)
-import robopt.llm.env  # noqa: F401  (registers robopt/Text)
 from robopt.core.protocols import VecEnv
-from robopt.envs.catalog import BACKENDS, NATIVE_TASKS, TORCH_TASKS, NativeTask
+from robopt.envs.catalog import BACKENDS, NativeTask
+from robopt.envs.multigoal import make_multigoal
+from robopt.envs.tasks import native_tasks
+from robopt.llm.env import make_prompt_env
 
 ROBOT_ENV_ID = "robot"  # robopt.envs.robot.config.ROBOT_ENV_ID
+NATIVE_TASKS: dict[str, NativeTask] = native_tasks()  # mujoco/<Task> -> its factories per backend
+TORCH_TASKS: dict[str, Callable[..., VecEnv]] = {  # robopt/<Name> -> factory(num_envs, device, **kw)
+    "robopt/MultiGoal": make_multigoal,
+    "robopt/Text": make_prompt_env,
+}
 
 __all__ = ["BACKENDS", "NATIVE_TASKS", "TORCH_TASKS", "NativeTask", "gymnasium_twin", "list_env_ids", "make_env"]
 __all__ += ["resolve_backend"]

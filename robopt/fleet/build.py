@@ -1,12 +1,11 @@
-"""Builds a fleet run (the loop kind ``fleet``, registered here): checks, probe env, learner, hub, robots on Ray.
+"""Builds a fleet run (the loop kind ``fleet``): checks, probe env, learner, hub, robots on Ray.
 
-``robopt.fleet.config`` makes a run of kind ``fleet`` when ``fleet.num_robots > 0``; ``robopt.experiment`` imports
-this module so the runner finds the builder.
+A run is of kind ``fleet`` when ``fleet.num_robots > 0`` (``robopt.fleet.config.fleet_kind``); the composition root
+``robopt.experiment`` gives the ``fleet`` section that claim and this builder.
 """
 
 from __future__ import annotations
 
-from robopt.algorithms import register_loop_kind
 from robopt.config import ConfigError, config_to_dict
 from robopt.fleet import ray_runtime
 from robopt.fleet.config import robot_env_kwargs, robot_seed
@@ -78,6 +77,3 @@ def build_fleet_loop(config, initialize: bool = False, worker_options: dict[int,
             ray_runtime.shutdown(started)
         probe.close()
         raise
-
-
-register_loop_kind("fleet", build_fleet_loop)

@@ -1,7 +1,8 @@
 """The ``fleet`` config section and each robot's fixed dynamics.
 
-``FleetConfig`` is the ``fleet`` section of an experiment config, registered here; ``num_robots > 0`` makes a
-SAC/TD3/DDPG run a run of kind ``fleet`` (the section's ``runs_as``), whose loop ``robopt.fleet.build`` builds.
+``FleetConfig`` is the ``fleet`` section of an experiment config (listed by the composition root
+``robopt.experiment``); ``num_robots > 0`` makes a SAC/TD3/DDPG run a run of kind ``fleet`` (``fleet_kind``, the
+section's ``runs_as``), whose loop ``robopt.fleet.build`` builds.
 
 Robot dynamics: robot r draws FIXED values from ``fleet.randomization`` with ``numpy.random.SeedSequence([seed,
 r])``, one per knob in sorted key order: a scale range (body_mass, geom_friction, dof_damping, actuator_gain /
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from robopt.config import ConfigError, Section, config_to_dict, register_section
+from robopt.config import ConfigError, config_to_dict
 from robopt.options import option
 
 STALE_MODES = ("drop", "weight")  # what FleetSampler does with experience older than fleet.max_lag
@@ -203,7 +204,3 @@ def check_fleet_config(config) -> int:
 def fleet_kind(config) -> str | None:
     """The run kind the ``fleet`` section claims: ``fleet`` when robots are configured."""
     return "fleet" if config.fleet.num_robots > 0 else None
-
-
-register_section(Section("fleet", "fleet: robots on Ray feeding one SAC/TD3 learner (num_robots > 0)",
-                         config_cls=FleetConfig, runs_as=fleet_kind))  # fmt: skip

@@ -76,11 +76,17 @@ def start(fleet: FleetConfig, needed_cpus: float = 0.0) -> bool:
     num_cpus = fleet.num_cpus or os.cpu_count() or 1
     check_cpus(needed_cpus, float(num_cpus), "the local Ray (fleet.num_cpus)")
     private_token()
+    init_embedded(num_cpus)
+    return True
+
+
+def init_embedded(num_cpus: float) -> None:
+    """``ray.init`` of a local Ray inside this process (module doc), watched by a reaper (``start_reaper``)."""
     import_ray().init(
         num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
         _temp_dir=temp_dir(),
     )  # fmt: skip
-    return True
+    start_reaper()
 
 
 def private_token() -> None:
@@ -156,3 +162,31 @@ def shutdown(started: bool) -> None:
 
         if ray.is_initialized():
             ray.shutdown()
+        stop_reaper()
+
+
+_REAPER: list = []  # the reaper process of this process's embedded Ray (at most one)
+
+
+def start_reaper() -> None:
+    """Linux: a watcher (``robopt/fleet/reaper.py``) that ends this process's Ray processes and trials if this
+    process dies without shutting Ray down (``kill -9``): Ray's dashboard and runtime-env agents outlive their
+    driver otherwise. One per process; ``stop_reaper`` ends it after a normal shutdown."""
+    if not sys.platform.startswith("linux") or _REAPER:
+        return
+    import subprocess
+    from pathlib import Path
+
+    script = str(Path(__file__).with_name("reaper.py"))
+    _REAPER.append(subprocess.Popen(
+        [sys.executable, script, str(os.getpid())], start_new_session=True, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
+    ))  # fmt: skip
+
+
+def stop_reaper() -> None:
+    """End the reaper of ``start_reaper`` (Ray was shut down normally: nothing is left to end)."""
+    while _REAPER:
+        process = _REAPER.pop()
+        process.kill()
+        process.wait()

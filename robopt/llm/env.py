@@ -21,7 +21,6 @@ import random
 
 import torch
 
-from robopt.envs.catalog import register_torch_task
 from robopt.llm.rewards import Verifier, exact_match, sft_completion
 from robopt.llm.tasks import SPLITS, STOP, make_task
 from robopt.llm.tokens import PAD, VOCAB_SIZE, ByteTokenizer, encode_prompts
@@ -162,6 +161,3 @@ def make_prompt_env(num_envs: int, device: str | torch.device = "cpu", **kwargs)
         return PromptEnv(num_envs, device, **kwargs)
     except ConfigError as error:  # the task's own option checks: one line, as the env's
         raise ValueError(str(error)) from None
-
-
-register_torch_task("Text", make_prompt_env)

@@ -6,7 +6,8 @@ T completion length.
 pass@k is the probability that at least one of k completions is correct. With n >= k samples of which c are
 correct, the unbiased estimator of Chen et al. 2021 (Codex, eq. 1) is ``1 - C(n - c, k) / C(n, k)``, averaged over
 prompts. ``robopt eval --pass-k K`` draws n = k samples per prompt, where the estimator is 1 when any of the k is
-correct and 0 otherwise: pass@k is the fraction of prompts with at least one exact-match completion.
+correct and 0 otherwise: pass@k is the fraction of prompts with at least one exact-match completion. The command
+that loads a run and scores it is ``robopt.commands.pass_at_k``.
 
 The prompts are the greedy evaluation's: ``robopt/Text`` draws M held-out prompts from the evaluation seed whatever
 the group size, so pass@k and the greedy accuracy of ``robopt eval`` score the same M prompts.
@@ -15,7 +16,6 @@ the group size, so pass@k and the greedy accuracy of ``robopt eval`` score the s
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
 
@@ -66,25 +66,3 @@ def check_pass_k(env_id: str, k: int) -> None:
         raise ConfigError(f"--pass-k must be in 1..{MAX_PASS_K} (0: off), got {k}")
     if env_id != TEXT_ENV:
         raise ConfigError(f"--pass-k needs a language run (env.id={TEXT_ENV}); this run's env.id is {env_id}")
-
-
-def pass_at_k(run_dir: Path, prompts: int, k: int, seed: int) -> float:
-    """pass@k of the run's last checkpoint over ``prompts`` held-out prompts, k samples each (n = k, see module).
-
-    The env is the run's with ``split=heldout`` (``robopt.runner.evaluation_env_options``) and ``group_size=k``.
-    """
-    from robopt.build import build_env, evaluation_env_options
-    from robopt.evaluation import load_policy
-    from robopt.experiment import load_run_config
-
-    if prompts < 1:
-        raise ConfigError(f"--episodes (held-out prompts) must be at least 1, got {prompts}")
-    config = load_run_config(run_dir)
-    check_pass_k(config.env.id, k)
-    config, policy = load_policy(run_dir, config)
-    env = build_env(config, num_envs=prompts * k, **{**evaluation_env_options(config), "group_size": k})
-    try:
-        counts = correct_counts(policy, env, seed)
-    finally:
-        env.close()
-    return sum(pass_at_k_estimate(k, int(c), k) for c in counts) / prompts

@@ -119,9 +119,6 @@ class NoNormalizer(nn.Module):
         return x
 
 
-# ---------------------------------------------------------------- policy
-
-
 class LanguagePolicy(nn.Module):
     """A causal LM acting on byte prompts ``obs [B, P]`` with completions ``action [B, T]`` and per-token ratios."""
 

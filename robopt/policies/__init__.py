@@ -1,9 +1,9 @@
 """Policies (Gaussian, flow, diffusion, language) and critics, with an explicit registry of policy kinds.
 
 ``POLICIES`` maps ``policy.name`` to a ``PolicySpec``: the kind's config dataclass (``POLICY_CONFIGS``, the
-choices of the ``policy`` config section this package registers, so ``policy.name: flow`` reads the flow
-fields) and ``build(policy_config, env) -> policy``. The ``critic`` section (the value critic) is registered here
-too.
+choices of the ``policy`` config section, so ``policy.name: flow`` reads the flow fields) and
+``build(policy_config, env) -> policy``. The composition root ``robopt.experiment`` makes the ``policy`` and
+``critic`` (``CriticConfig``) sections from them; nothing here registers itself.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from robopt.config import Section, register_section
 from robopt.llm.policy import LanguagePolicyConfig, build_language_policy
 from robopt.policies.critics import CriticConfig, ValueCritic
 from robopt.policies.diffusion import DiffusionPolicy, DiffusionPolicyConfig, build_diffusion_policy
@@ -34,35 +33,22 @@ def build_gaussian_policy(p: GaussianPolicyConfig, env) -> GaussianPolicy:
     )  # fmt: skip
 
 
-POLICIES: dict[str, PolicySpec] = {}
-POLICY_CONFIGS: dict[str, type] = {}  # policy.name -> config dataclass (the ``policy`` section's choices)
-
-
-def register_policy(name: str, spec: PolicySpec) -> None:
-    POLICIES[name] = spec
-    POLICY_CONFIGS[name] = spec.config_cls
-
-
-register_section(Section("policy", "policy section; policy.name picks the kind (gaussian, flow, diffusion, language)",
-                         choices=POLICY_CONFIGS, default="gaussian", noun="policy"))  # fmt: skip
-register_section(Section("critic", "value critic", config_cls=CriticConfig))
-register_policy(
-    "gaussian", PolicySpec(GaussianPolicyConfig, build_gaussian_policy, "diagonal Gaussian (optionally squashed)")
-)
-register_policy("flow", PolicySpec(FlowPolicyConfig, build_flow_policy, "flow matching, integrated from noise"))
-register_policy("language", PolicySpec(LanguagePolicyConfig, build_language_policy, "causal language model"))
-register_policy(
-    "diffusion", PolicySpec(DiffusionPolicyConfig, build_diffusion_policy, "DDPM denoising chain (DPPO-ready)")
-)
+POLICIES: dict[str, PolicySpec] = {
+    "gaussian": PolicySpec(GaussianPolicyConfig, build_gaussian_policy, "diagonal Gaussian (optionally squashed)"),
+    "flow": PolicySpec(FlowPolicyConfig, build_flow_policy, "flow matching, integrated from noise"),
+    "language": PolicySpec(LanguagePolicyConfig, build_language_policy, "causal language model"),
+    "diffusion": PolicySpec(DiffusionPolicyConfig, build_diffusion_policy, "DDPM denoising chain (DPPO-ready)"),
+}
+POLICY_CONFIGS: dict[str, type] = {name: spec.config_cls for name, spec in POLICIES.items()}  # the policy choices
 
 __all__ = [
     "POLICIES",
     "DiffusionPolicy",
     "FlowPolicy",
     "GaussianPolicy",
+    "CriticConfig",
     "GaussianPolicyConfig",
     "POLICY_CONFIGS",
     "PolicySpec",
     "ValueCritic",
-    "register_policy",
 ]

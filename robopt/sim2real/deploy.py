@@ -23,8 +23,10 @@ def deploy(
     echo=print,
 ) -> dict:
     """Load and check the export, build the robot, run the control loop; the summary dict. DeployError/ConfigError."""
+    from robopt.sim2real.deploy_config import check_log_path, load_deploy_config
+    from robopt.sim2real.model import load_export
     from robopt.sim2real.robots import parse_robot
-    from robopt.sim2real.runtime import ControlLoop, check_log_path, load_deploy_config, load_export
+    from robopt.sim2real.runtime import ControlLoop
 
     config = load_deploy_config(config_path)
     if log_path is not None:

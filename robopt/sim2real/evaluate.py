@@ -98,7 +98,7 @@ def _load_source(source: Path):
     from robopt.sim2real.sidecar import SIDECAR_NAME, DeployError, read_sidecar
 
     if (source / SIDECAR_NAME).is_file():
-        from robopt.sim2real.runtime import load_export
+        from robopt.sim2real.model import load_export
 
         try:
             env_id = native_twin(read_sidecar(source).env_id)

@@ -21,12 +21,10 @@ import time
 from xml.sax.saxutils import escape
 
 from robopt.options import ConfigError
-from robopt.sim2real.ros_map import Qos
 from robopt.sim2real.ros_messages import MESSAGES, dds_topic_name, dds_type_name, parse_field_type
-from robopt.sim2real.topic_robot import Notices
+from robopt.sim2real.transport import NO_SUBSCRIBER_NOTICE_S, Notices, Qos, publish_noting
 
 DOMAIN_IDS = range(0, 233)  # DDS domain ids that map to valid RTPS ports
-NO_SUBSCRIBER_NOTICE_S = 2.0
 TAKE_AT_MOST = 256  # samples taken from one reader per poll
 QOS_POLICY_NAMES = {
     1: "user data",
@@ -231,16 +229,11 @@ class DdsLink:
 
     def publish(self, topic: str, payload: bytes) -> bool:
         writer, full = self.writers[topic]
-        if self.matched(topic) == 0 and time.monotonic() - self._start > NO_SUBSCRIBER_NOTICE_S:
-            with self._lock:
-                self.counters["no_subscriber"] += 1
-            self.notices.once(f"subscriber:{topic}", f"{topic} has no subscriber: messages are sent but nobody "
-                                                "receives them")  # fmt: skip
-        try:
+
+        def send() -> None:
             writer.write(raw_sample(full, payload))
-        except Exception:
-            return False
-        return True
+
+        return publish_noting(self, topic, lambda: self.matched(topic) > 0, send, NO_SUBSCRIBER_NOTICE_S)
 
     def take_notices(self) -> list[str]:
         return self.notices.take()

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from robopt.options import ConfigError
+from robopt.sim2real.ros_fields import gravity_in_body
 from robopt.sim2real.ros_messages import (
     MESSAGES,
     TOPIC_TYPES,
@@ -45,17 +46,10 @@ from robopt.sim2real.ros_messages import (
     parse_field_type,
     short_type_name,
 )
+from robopt.sim2real.transport import QOS_PROFILES, RELIABILITY, Qos
 
-QOS_PROFILES = {"sensor_data": ("best_effort", 5), "reliable": ("reliable", 10), "default": ("reliable", 10)}
-RELIABILITY = ("reliable", "best_effort")
 STAMPS = ("header", "receive")
 ELEMENT_TRANSFORMS = ("identity", "cos", "sin", "gravity")
-
-
-@dataclass(frozen=True)
-class Qos:
-    reliability: str = "best_effort"
-    depth: int = 5
 
 
 @dataclass(frozen=True)
@@ -163,34 +157,6 @@ def numeric_size(full: str, path: str) -> int | None:
         sizes = [numeric_size(item, name) for name, spec in MESSAGES[item] if parse_field_type(spec)[0] != "string"]
         return None if any(s is None for s in sizes) else sum(sizes)
     return 1 if size is None else (size or None)
-
-
-def flatten(value) -> np.ndarray:
-    """The numbers of a decoded field in declaration order (a message's numeric fields, an array, a number)."""
-    if isinstance(value, dict):
-        parts = [flatten(v) for v in value.values() if not isinstance(v, str)]
-        return np.concatenate(parts) if parts else np.zeros(0)
-    if isinstance(value, np.ndarray):
-        return value.astype(np.float64, copy=False).reshape(-1)
-    if isinstance(value, list):
-        raise ValueError("a list of messages is not a vector of numbers")
-    return np.asarray([float(value)])
-
-
-def get_field(message: dict, path: str):
-    value = message
-    for name in path.split("."):
-        value = value[name]
-    return value
-
-
-def gravity_in_body(quaternion: np.ndarray) -> np.ndarray:
-    """Unit gravity direction in the body frame, R(q)^T [0, 0, -1], for unit quaternions (x, y, z, w)."""
-    q = np.asarray(quaternion, dtype=np.float64).reshape(-1, 4)
-    norm = np.linalg.norm(q, axis=1, keepdims=True)
-    x, y, z, w = (q / np.where(norm > 0, norm, 1.0)).T
-    # third row of R(q), negated: R^T e_z = (2(xz - wy), 2(yz + wx), 1 - 2(x^2 + y^2))
-    return -np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=1).reshape(-1)
 
 
 def _hook(spec, key: str) -> Callable[[np.ndarray], np.ndarray]:

@@ -5,8 +5,9 @@ Torch-free (numpy, onnxruntime, pyyaml). Shapes: D obs dim, A action dim, H acti
     ControlLoop      fixed-rate loop: read the robot, SafetyLayer.tick, send, log (safety.py holds the pure core);
                      ``stop()`` ends a deployment with the safe action ramped to its target
     check_log_path   a tick log path that can be written, checked before the loop starts
-OnnxPolicy, verify_parity, load_export, ChunkedPolicy and median_call_seconds live in ``model.py``; DeployConfig,
-load_deploy_config, build_safety and check_log_path in ``deploy_config.py``; all are re-exported here.
+It exports what it defines. OnnxPolicy, verify_parity, load_export, ChunkedPolicy and median_call_seconds live in
+``model.py``; DeployConfig, load_deploy_config, build_safety and check_log_path in ``deploy_config.py``; the safety
+layer in ``safety.py``; the tick log in ``tick_log.py``.
 """
 
 from __future__ import annotations
@@ -18,45 +19,19 @@ from pathlib import Path
 
 import numpy as np
 
-from robopt.sim2real.deploy_config import (
-    MAX_LOG_CAPACITY,
-    DeployConfig,
-    build_safety,
-    check_log_path,
-    load_deploy_config,
-)
+from robopt.sim2real.deploy_config import DeployConfig, build_safety, check_log_path
 from robopt.sim2real.model import (
-    PARITY_NAME,
-    PARITY_TOLERANCE,
     ChunkedPolicy,
-    OnnxPolicy,
-    load_export,
+    OnnxPolicy,  # noqa: F401  (OnnxPolicy, load_export, verify_parity: their old import path, pinned by a test)
+    load_export,  # noqa: F401
     median_call_seconds,
-    verify_parity,
+    verify_parity,  # noqa: F401
 )
-from robopt.sim2real.safety import FLAG_NAMES, SafetyLayer, TickLog, flag_names, load_log
 from robopt.sim2real.sidecar import DeployError, Sidecar
+from robopt.sim2real.tick_log import TickLog
 
-__all__ = [
-    "FLAG_NAMES",
-    "PARITY_NAME",
-    "PARITY_TOLERANCE",
-    "ChunkedPolicy",
-    "ControlLoop",
-    "DeployConfig",
-    "OnnxPolicy",
-    "SafetyLayer",
-    "TickLog",
-    "build_safety",
-    "check_log_path",
-    "flag_names",
-    "load_deploy_config",
-    "load_export",
-    "load_log",
-    "MAX_LOG_CAPACITY",
-    "median_call_seconds",
-    "verify_parity",
-]
+__all__ = ["POLL_S", "STOP_SECONDS", "WAKE_EARLY", "ControlLoop"]
+
 STOP_SECONDS = 2.0  # ``stop()`` ramps the safe action for at most this long
 WAKE_EARLY = 0.25  # tick_on: measurement: wake this fraction of a period before the next measurement is due
 POLL_S = 0.0005  # tick_on: measurement: seconds between looks for a new observation

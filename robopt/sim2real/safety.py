@@ -1,4 +1,4 @@
-"""The deploy runtime's safety layer and tick log: pure numpy, no I/O, no clock of its own.
+"""The deploy runtime's safety layer: pure numpy, no I/O, no clock of its own (the tick log is ``tick_log.py``).
 
 Shapes: D obs dim, A action dim. ``SafetyLayer.tick(obs, obs_time, now) -> (action [A], flags)`` checks, in order:
     e-stop latched                          -> safe action
@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
+
+from robopt.rates import limit_rate
 
 ESTOP = 1 << 0  # the e-stop is latched: the safe action was sent
 WAITING = 1 << 1  # no observation has ever arrived (not a fault)
@@ -66,18 +67,6 @@ SAFE_ACTIONS = ("hold", "zero", "posture")
 def flag_names(flags: int) -> list[str]:
     """The names of the bits set in ``flags``."""
     return [name for bit, name in FLAG_NAMES.items() if flags & bit]
-
-
-def limit_rate(target: np.ndarray, last: np.ndarray, max_delta, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """``target`` [A] moved at most ``max_delta`` [A] from ``last`` [A] (None: no limit), within [low, high].
-
-    The rate limit of the safety layer, shared with training under deploy conditions
-    (robopt.envs.deploy_conditions). The final clamp only undoes rounding when target and last are in bounds.
-    """
-    if max_delta is None:
-        return np.minimum(np.maximum(target, low), high)
-    step = np.minimum(np.maximum(target - last, -max_delta), max_delta)
-    return np.minimum(np.maximum(last + step, low), high)
 
 
 def _vector(name: str, value, size: int) -> np.ndarray:
@@ -298,57 +287,3 @@ class SafetyLayer:
         for bit, name in FLAG_NAMES.items():
             if flags & bit:
                 self.counters[name] += 1
-
-
-class TickLog:
-    """The last ``capacity`` ticks in a ring: tick, time [s], obs_age [s], compute_us, flags, action [A]."""
-
-    def __init__(self, capacity: int, action_dim: int) -> None:
-        if capacity < 1:
-            raise ValueError(f"log capacity must be >= 1 tick, got {capacity}")
-        self.dtype = np.dtype(
-            [
-                ("tick", np.int64),
-                ("time", np.float64),
-                ("obs_age", np.float64),
-                ("compute_us", np.float64),
-                ("flags", np.int64),
-                ("action", np.float32, (action_dim,)),
-            ]
-        )
-        self._data = np.zeros(capacity, dtype=self.dtype)
-        self.capacity, self.total = capacity, 0
-
-    def append(self, tick: int, time: float, obs_age: float, compute_us: float, flags: int, action) -> None:
-        self._data[self.total % self.capacity] = (tick, time, obs_age, compute_us, flags, action)
-        self.total += 1
-
-    def __len__(self) -> int:
-        return min(self.total, self.capacity)
-
-    def records(self) -> np.ndarray:
-        """The kept ticks, oldest first (a copy)."""
-        if self.total <= self.capacity:
-            return self._data[: self.total].copy()
-        start = self.total % self.capacity
-        return np.concatenate([self._data[start:], self._data[:start]])
-
-    def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("wb") as handle:  # a handle, so np.save keeps the name as given
-            np.save(handle, self.records(), allow_pickle=False)
-        return path
-
-
-def load_log(path: str | Path) -> np.ndarray:
-    """A tick log saved by ``TickLog.save`` (a structured array); ValueError when the file is not one."""
-    try:
-        records = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{str(path)!r} is not a tick log ({str(error).splitlines()[0]})") from None
-    if records.dtype.names is None or not {"tick", "time", "obs_age", "compute_us", "flags", "action"} <= set(
-        records.dtype.names
-    ):
-        raise ValueError(f"{str(path)!r} is not a tick log (fields {records.dtype.names})")
-    return records

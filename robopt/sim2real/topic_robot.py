@@ -20,55 +20,17 @@ exist, a command topic without a subscriber, a QoS mismatch.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 import numpy as np
 
 from robopt.sim2real import cdr
-from robopt.sim2real.ros_map import CommandMap, RobotMap, Selection, flatten, get_field
+from robopt.sim2real.ros_fields import flatten, get_field
+from robopt.sim2real.ros_map import CommandMap, RobotMap, Selection
+from robopt.sim2real.transport import Notices, Transport
 
 SILENT_NOTICE_S = 1.0  # a topic with no message this long after start gets a notice
-
-
-class Transport(Protocol):
-    """What TopicRobot needs from a transport (DDS, Zenoh). Never raises after it was built."""
-
-    counters: dict[str, int]
-
-    def poll(self) -> list[tuple[str, bytes, float]]:
-        """Payloads received since the last poll: (topic, CDR payload, receive time on time.monotonic())."""
-        ...
-
-    def publish(self, topic: str, payload: bytes) -> bool:
-        """Send a payload on one of the link's publications; False when it could not be sent."""
-        ...
-
-    def take_notices(self) -> list[str]: ...
-
-    def close(self) -> None: ...
-
-
-class Notices:
-    """One-line notices, each key said once; thread-safe (transport callbacks add, the control loop takes)."""
-
-    def __init__(self) -> None:
-        self._lines: list[str] = []
-        self._said: set[str] = set()
-        self._lock = threading.Lock()
-
-    def once(self, key: str, line: str) -> None:
-        with self._lock:
-            if key not in self._said:
-                self._said.add(key)
-                self._lines.append(line)
-
-    def take(self) -> list[str]:
-        with self._lock:
-            lines, self._lines = self._lines, []
-        return lines
 
 
 def wall_to_monotonic(stamp: float, wall_now: float, monotonic_now: float) -> float:

@@ -27,8 +27,8 @@ from collections.abc import Callable
 import numpy as np
 
 from robopt.sim2real import cdr
-from robopt.sim2real.ros_map import Qos
 from robopt.sim2real.serve_common import COMMAND_TIMEOUT_PERIODS, ServeResult, check_number, env_period, run_deadline
+from robopt.sim2real.transport import Qos
 
 JOINT_STATES, OBSERVATION, COMMAND = "/joint_states", "/robopt/observation", "/robopt/command"
 JOINT_STATE, FLOAT64_ARRAY = "sensor_msgs/msg/JointState", "std_msgs/msg/Float64MultiArray"

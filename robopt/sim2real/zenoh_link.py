@@ -19,10 +19,9 @@ import threading
 import time
 
 from robopt.options import ConfigError
-from robopt.sim2real.topic_robot import Notices
+from robopt.sim2real.transport import NO_SUBSCRIBER_NOTICE_S, Notices, publish_noting
 
 QUEUE_LIMIT = 4096  # received samples kept between two polls (the oldest go first)
-NO_SUBSCRIBER_NOTICE_S = 2.0
 MODES = ("peer", "client")
 
 
@@ -124,16 +123,10 @@ class ZenohLink:
             return True
 
     def publish(self, topic: str, payload: bytes) -> bool:
-        if time.monotonic() - self._start > NO_SUBSCRIBER_NOTICE_S and not self.matched(topic):
-            with self._lock:
-                self.counters["no_subscriber"] += 1
-            self.notices.once(f"subscriber:{topic}", f"{topic} has no subscriber: messages are sent but nobody "
-                                                     "receives them")  # fmt: skip
-        try:
+        def send() -> None:
             self.publishers[topic].put(payload)
-        except Exception:
-            return False
-        return True
+
+        return publish_noting(self, topic, lambda: self.matched(topic), send, NO_SUBSCRIBER_NOTICE_S)
 
     def take_notices(self) -> list[str]:
         return self.notices.take()

@@ -173,8 +173,7 @@ class TrialRunner:
                 ray_runtime.connect(address, connect_timeout_s, label="--address")
             else:
                 ray_runtime.private_token()
-                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                         logging_level="WARNING", _temp_dir=ray_runtime.temp_dir())  # fmt: skip
+                ray_runtime.init_embedded(os.cpu_count() or 1)  # a reaper ends its processes if this one is killed
             self.started = True
         available = float(ray.cluster_resources().get("CPU", 0.0))
         if cpus_per_trial > available:
@@ -223,8 +222,10 @@ class TrialRunner:
                 self.running.pop(ref)
 
     def close(self) -> None:
-        if self.started and self.ray.is_initialized():
-            self.ray.shutdown()
+        if self.started:
+            from robopt.fleet import ray_runtime
+
+            ray_runtime.shutdown(True)
 
 
 def describe(trial: Trial, status: dict, sweep: Sweep) -> str:

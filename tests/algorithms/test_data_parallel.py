@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from robopt.algorithms.offpolicy import optimizer_step
+from robopt.algorithms.offpolicy_toolkit import optimizer_step
 from robopt.algorithms.ppo import PPO, PPOConfig
 from robopt.algorithms.trpo import TRPO, TRPOConfig
 from robopt.buffers.rollout import RolloutBatch

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from robopt.sim2real.runtime import SafetyLayer
+from robopt.sim2real.safety import SafetyLayer
 from robopt.sim2real.sidecar import Sidecar
 
 LOW, HIGH = np.array([-1.0, -2.0]), np.array([1.0, 2.0])

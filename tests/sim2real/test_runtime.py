@@ -15,16 +15,11 @@ from runtime_fakes import GOOD, ScriptedRobot, constant, sidecar_for
 
 from robopt.config import ConfigError
 from robopt.sim2real import safety as S
-from robopt.sim2real.runtime import (
-    ControlLoop,
-    DeployConfig,
-    build_safety,
-    check_log_path,
-    load_deploy_config,
-    load_export,
-    load_log,
-)
+from robopt.sim2real.deploy_config import DeployConfig, build_safety, check_log_path, load_deploy_config
+from robopt.sim2real.model import load_export
+from robopt.sim2real.runtime import ControlLoop
 from robopt.sim2real.sidecar import DeployError
+from robopt.sim2real.tick_log import load_log
 
 # ---------------------------------------------------------------- DeployConfig
 

@@ -9,7 +9,9 @@ import pytest
 from runtime_fakes import GOOD, HIGH, LOW, ScriptedRobot, constant, layer, sidecar_for
 
 from robopt.sim2real import safety as S
-from robopt.sim2real.runtime import ChunkedPolicy, ControlLoop, SafetyLayer, TickLog, load_log
+from robopt.sim2real.runtime import ChunkedPolicy, ControlLoop
+from robopt.sim2real.safety import SafetyLayer
+from robopt.sim2real.tick_log import TickLog, load_log
 
 # ---------------------------------------------------------------- SafetyLayer
 

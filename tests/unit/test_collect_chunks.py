@@ -81,7 +81,7 @@ def _pendulum_reward(obs: np.ndarray, action: np.ndarray) -> np.ndarray:
 
 def test_collect_from_a_chunked_run_records_per_step_transitions(tmp_path):
     pytest.importorskip("minari")
-    from robopt.data.collect import collect
+    from robopt.commands.collect import collect
     from robopt.evaluation import load_policy
     from robopt.runner import train
 

@@ -31,10 +31,10 @@ def _nearest_module(name: str, modules: dict[str, Path]) -> str | None:
     return name or None
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the robopt modules it imports."""
+def import_statements() -> list[tuple[str, int, str]]:
+    """(module, line, robopt module it imports) for every import statement and import string in ``robopt/``."""
     modules = _modules()
-    graph: dict[str, set[str]] = {name: set() for name in modules}
+    found: list[tuple[str, int, str]] = []
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -55,7 +55,15 @@ def import_graph() -> dict[str, set[str]]:
                 if target == "robopt" or target.startswith("robopt."):
                     module = _nearest_module(target, modules)
                     if module is not None and module != name:
-                        graph[name].add(module)
+                        found.append((name, node.lineno, module))
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the robopt modules it imports."""
+    graph: dict[str, set[str]] = {name: set() for name in _modules()}
+    for name, _line, module in import_statements():
+        graph[name].add(module)
     return graph
 
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from numbers import Real
 
-from robopt.config import ConfigError, Section, register_section
+from robopt.config import ConfigError
 from robopt.envs.robot.commands import parse_command
 from robopt.envs.robot.library import REGISTRY
 from robopt.envs.robot.terms import parse_terms
@@ -167,8 +167,3 @@ def robot_env_options(config) -> dict:
     if not robot.mjcf:
         raise ConfigError(f"env.id: {ROBOT_ENV_ID} needs robot.mjcf (a path, robopt:<name> or menagerie:<dir>/<file>)")
     return {"robot": robot, "task": task}
-
-
-register_section(Section("robot", "a robot from its description (env.id: robot)", config_cls=RobotConfig,
-                         env_options=robot_env_options))  # fmt: skip
-register_section(Section("task", "a task from terms for the robot (env.id: robot)", config_cls=TaskConfig))

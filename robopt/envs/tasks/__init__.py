@@ -1,9 +1,9 @@
-"""Native batched MuJoCo tasks matching Gymnasium v5, registered as ``mujoco/<Task>``.
+"""Native batched MuJoCo tasks matching Gymnasium v5, listed as ``mujoco/<Task>`` by ``native_tasks()``.
 
 Also the goal-conditioned ``GripperReach`` and ``GripperPush`` (``robopt.envs.tasks.goal``: own MJCF, no
 Gymnasium twin).
 
-Backends: ``mujoco`` (CPU threads, always present) and ``mujoco_warp`` (registered when the optional
+Backends: ``mujoco`` (CPU threads, always present) and ``mujoco_warp`` (listed when the optional
 ``[gpu]`` extra is installed; warp itself is imported only when such an env is built).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 from functools import partial
 
-from robopt.envs.catalog import NativeTask, register_native_task
+from robopt.envs.catalog import NativeTask
 from robopt.envs.tasks.control import InvertedDoublePendulum, InvertedPendulum, Pusher, Reacher
 from robopt.envs.tasks.goal import GripperPush, GripperReach
 from robopt.envs.tasks.locomotion import Ant, HalfCheetah, Hopper, Humanoid, Walker2d
@@ -27,16 +27,17 @@ def _factory(task_cls: type, backend: str, num_envs: int, device="cpu", **kwargs
     return make_native_env(task_cls, backend, num_envs, device=device, **kwargs)
 
 
-def _register_all() -> None:
+def native_tasks() -> dict[str, NativeTask]:
+    """``mujoco/<name>`` -> ``NativeTask`` for every task here, with a factory per backend installed."""
     backends = ["mujoco"]
     if importlib.util.find_spec("mujoco_warp") is not None:
         backends.append("mujoco_warp")
+    tasks = {}
     for task_cls in (*TASKS, *GOAL_TASKS):
         factories = {backend: partial(_factory, task_cls, backend) for backend in backends}
-        register_native_task(NativeTask(task_cls.name, task_cls.gymnasium_id, factories=factories))
+        tasks[f"mujoco/{task_cls.name}"] = NativeTask(task_cls.name, task_cls.gymnasium_id, factories=factories)
+    return tasks
 
-
-_register_all()
 
 __all__ = ["TASKS", "Ant", "HalfCheetah", "Hopper", "Humanoid", "InvertedDoublePendulum", "InvertedPendulum"]
-__all__ += ["GOAL_TASKS", "GripperPush", "GripperReach", "Pusher", "Reacher", "Walker2d"]
+__all__ += ["GOAL_TASKS", "GripperPush", "GripperReach", "Pusher", "Reacher", "Walker2d", "native_tasks"]

@@ -18,9 +18,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from robopt.build import available_device, build_env
+from robopt.config import config_to_dict
 from robopt.data.dataset_writer import check_can_write, write_dataset
 from robopt.data.demonstrations import normalize_dataset_id, require_minari
 from robopt.data.recording import record_episodes
+from robopt.evaluation import load_policy
+from robopt.experiment import load_run_config
 from robopt.options import ConfigError
 
 MAX_DEFAULT_ENVS = 16
@@ -88,11 +92,6 @@ def collect(
 def _from_run(run_dir: Path, num_envs: int) -> tuple[object, Callable, dict, int]:
     """The run's per-step env (its own config, ``num_envs`` rows), its policy's deterministic action (a chunk
     [N, H * A] when the policy acts in chunks) and metadata, and the chunk length H (1: one action per decision)."""
-    from robopt.build import available_device, build_env
-    from robopt.config import config_to_dict
-    from robopt.evaluation import load_policy
-    from robopt.experiment import load_run_config
-
     if not run_dir.is_dir():
         raise ConfigError(f"run directory {str(run_dir)!r} not found")
     config = load_run_config(run_dir)

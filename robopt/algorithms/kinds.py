@@ -1,0 +1,88 @@
+"""How an algorithm becomes a loop: ``AlgorithmSpec`` and one builder per loop kind (DESIGN.md section 7).
+
+Every algorithm is built the same way: ``spec.build(config, env, policy, seed, collective) -> loop``, where the
+loop has ``iteration(progress) -> metrics``, ``state_dict()`` and ``load_state_dict()``. An on-policy algorithm
+names its update's constructor (``make(algo_config, policy, critic)``) and ``on_policy`` wraps it in the value
+critic and ``OnPolicyLoop``; an off-policy or pretraining algorithm names its loop's constructor
+(``make(algo_config, env, policy, seed, env_id)``) and ``own_loop`` calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from robopt.algorithms.onpolicy import OnPolicyLoop
+from robopt.distributed.collective import LOCAL, Collective
+from robopt.options import ConfigError
+from robopt.policies.critics import ValueCritic
+
+__all__ = ["AlgorithmSpec", "build_critic", "on_policy", "own_loop", "privileged_dim"]
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """An algorithm the runner can build: its config dataclass, ``build(config, env, policy, seed, collective) ->
+    loop``, its ``kind`` (``on_policy``, ``off_policy``, ``pretrain``) and a one-line summary."""
+
+    config_cls: type
+    build: Callable
+    kind: str
+    summary: str
+
+
+def on_policy(make: Callable) -> Callable:
+    """``build`` of an on-policy algorithm: the value critic, ``make(algo_config, policy, critic)`` (the update) and
+    the ``OnPolicyLoop`` that calls it."""
+
+    def build(config, env, policy, seed: int = 0, collective: Collective = LOCAL) -> OnPolicyLoop:
+        critic = build_critic(config, env)
+        algorithm = make(config.algo, policy, critic)
+        frozen_statistics = bool(config.init_from) and config.init_normalizer == "frozen"
+        return OnPolicyLoop(
+            env, policy, critic, algorithm, config.rollout, seed=seed, critic_warmup=config.critic_warmup,
+            privileged=config.critic.privileged, update_policy_normalizer=not frozen_statistics,
+            collective=collective,
+        )  # fmt: skip
+
+    build.make = make  # the update's constructor, for scripts that assemble a loop by hand (benchmarks/fpo_cost.py)
+    return build
+
+
+def own_loop(make: Callable) -> Callable:
+    """``build`` of an algorithm that owns its loop: ``make(algo_config, env, policy, seed, env_id)`` (the off-policy
+    loop with its replay buffer, or behaviour cloning's epochs over a dataset)."""
+
+    def build(config, env, policy, seed: int = 0, collective: Collective = LOCAL):
+        return make(config.algo, env, policy, seed=seed, env_id=config.env.id)
+
+    build.make = make
+    return build
+
+
+def build_critic(config, env) -> torch.nn.Module:
+    """V(obs) [B], or V(cat(obs, privileged_obs)) with ``critic.privileged`` (input D + P, its own normalizer)."""
+    c = config.critic
+    input_dim = env.obs_dim + (privileged_dim(config, env) if c.privileged else 0)
+    critic = ValueCritic(
+        input_dim, c.hidden, c.activation, normalize_obs=getattr(config.policy, "normalize_obs", True),
+        orthogonal_init=getattr(config.policy, "orthogonal_init", True),
+    )  # fmt: skip
+    return critic.to(config.device)
+
+
+def privileged_dim(config, env) -> int:
+    """P of ``env.privileged_obs()`` for ``critic.privileged``; an env without any is a one-line ConfigError."""
+    if not hasattr(env, "privileged_obs"):
+        raise ConfigError(
+            f"critic.privileged=true needs a native env with privileged observations (env.id=mujoco/<Task>); "
+            f"{config.env.id} on {type(env).__name__} has none"
+        )
+    if env.privileged_dim < 1:
+        raise ConfigError(
+            f"critic.privileged=true needs env.kwargs.randomization with at least one of body_mass, geom_friction, "
+            f"dof_damping, actuator_gain (motor_strength), action_delay, push_force on; {config.env.id} has none"
+        )
+    return env.privileged_dim

@@ -1,0 +1,102 @@
+"""The layers of ``robopt/`` are declared in one table, and every import goes down it (DESIGN.md section 9).
+
+A module may import from its own layer or a lower one, never from a higher one. Every import statement is
+counted as ``test_import_graph`` counts it: module level, inside functions, under ``TYPE_CHECKING``, and a string
+constant that names a robopt module (an import by string). A failure names each upward statement with its file
+and line.
+"""
+
+from __future__ import annotations
+
+from test_import_graph import ROOT, _modules, import_statements
+
+# Lowest first. A module belongs to the layer of its longest listed prefix (``robopt.envs.robot`` is in the
+# envs layer through ``robopt.envs``). ``robopt`` alone is the package's own ``__init__``.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "foundation",
+        (
+            "robopt", "robopt.options", "robopt.config", "robopt.logging", "robopt.checkpoint", "robopt.progress",
+            "robopt.plotting", "robopt.cli_support", "robopt.rates",
+        ),
+    ),
+    ("core", ("robopt.core", "robopt.distributed")),
+    ("domain", ("robopt.policies", "robopt.buffers", "robopt.envs", "robopt.data", "robopt.llm")),
+    ("algorithms", ("robopt.algorithms",)),
+    ("build", ("robopt.build", "robopt.fleet")),
+    ("composition root", ("robopt.experiment",)),
+    ("runner", ("robopt.runner", "robopt.evaluation")),
+    ("features", ("robopt.sweeps", "robopt.sim2real")),
+    ("commands", ("robopt.commands",)),
+    ("cli", ("robopt.cli", "robopt.__main__")),
+)  # fmt: skip
+
+
+def layer_of(module: str) -> int:
+    """The index in ``LAYERS`` of a module's layer (its longest listed prefix); KeyError when none lists it."""
+    best, best_length = None, -1
+    for index, (_name, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_length:
+                best, best_length = index, len(prefix)
+    if best is None:
+        raise KeyError(module)
+    return best
+
+
+def upward_imports() -> list[str]:
+    """Each import from a lower layer to a higher one, as ``file:line: module (layer) -> module (layer)``."""
+    rows = []
+    for module, line, target in import_statements():
+        low, high = layer_of(module), layer_of(target)
+        if high > low:
+            path = _modules()[module].relative_to(ROOT.parent)
+            rows.append(f"{path}:{line}: {module} ({LAYERS[low][0]}) -> {target} ({LAYERS[high][0]})")
+    return sorted(set(rows))
+
+
+def test_every_module_has_a_layer():
+    unlisted = []
+    for module in _modules():
+        try:
+            layer_of(module)
+        except KeyError:
+            unlisted.append(module)
+    assert not unlisted, f"modules in no layer of LAYERS: {', '.join(unlisted)}"
+
+
+def test_imports_go_down_the_layers():
+    rows = upward_imports()
+    order = " < ".join(name for name, _ in LAYERS)
+    assert not rows, f"{len(rows)} upward import(s) ({order}):\n" + "\n".join(rows)
+
+
+def test_the_check_sees_an_upward_import():
+    # The table itself: the CLI is above everything, the foundation below everything, envs.robot is in envs.
+    assert layer_of("robopt.cli") == len(LAYERS) - 1
+    assert layer_of("robopt.options") == 0
+    assert layer_of("robopt.envs.robot.config") == layer_of("robopt.envs")
+    assert layer_of("robopt.algorithms.sac") > layer_of("robopt.envs.registry")
+    # The statements seen include lazy imports and import strings (the CLI names the deploy commands by string).
+    statements = import_statements()
+    assert any(module == "robopt.fleet.loop" and target == "robopt.fleet.worker" for module, _, target in statements)
+
+
+def test_features_are_wired_in_one_composition_root():
+    """Importing the features installs nothing; the composition root wires them."""
+    # Importing the features installs nothing: only robopt.experiment (the composition root) calls use_sections,
+    # and every algorithm's kind has a loop there.
+    import subprocess
+    import sys
+
+    code = (
+        "import robopt.algorithms, robopt.policies, robopt.fleet.build, robopt.envs.robot.config, robopt.build; "
+        "from robopt.config import registered_sections; assert registered_sections() == {}"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    callers = [path for path in ROOT.rglob("*.py") if "use_sections(" in path.read_text() and path.name != "config.py"]
+    assert [p.relative_to(ROOT.parent).as_posix() for p in callers] == ["robopt/experiment.py"]
+    from robopt.experiment import FEATURES
+
+    assert {spec.kind for spec in FEATURES.algorithms.values()} <= set(FEATURES.loop_kinds)
+    assert [section.name for section in FEATURES.sections][:4] == ["algo", "rollout", "policy", "critic"]
