@@ -13,6 +13,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+import robopt.experiment  # noqa: F401  (the composition root: a script that loads a run needs its sections)
 from robopt.build import (
     LAST_CHECKPOINT,
     available_device,
