@@ -1,13 +1,17 @@
 """The control rates the deploy loop holds against ``robopt sim-robot`` over UDP, ROS 2 (DDS) and Zenoh.
 
     python benchmarks/deploy_rates.py [--seconds 20] [--rates 100 250 500 1000] [--transports udp ros2 zenoh]
+    python benchmarks/deploy_rates.py --pin-loop 1 --pin-robot 0 --rt-priority 50   # the loop on a core of its own
 
 For each transport and rate: a simulated Pendulum-v1 robot in another process steps at the rate (``--period``),
 the deploy runtime (this process) drives it at the same rate with a tiny exported policy for ``--seconds``. Printed
 per cell: missed deadlines (ticks that ended past the next one's start, and their share), read-to-send p50/p99,
 observation age p50/p99 (the time from the robot's measurement to the tick that used it: the robot's stamp for
 ROS 2 and Zenoh, its send time for UDP), and lost messages (actions the deploy loop sent that the robot never
-received, from the robot's count). Run it alone: a second process on the cores moves every figure.
+received, from the robot's count). Late: ticks that started more than a tenth of a period after they were due.
+``--pin-loop CPU`` pins the deploy loop's thread there (the deploy config's ``cpu_affinity``), ``--pin-robot CPU``
+the robot's process, and ``--rt-priority N`` asks for SCHED_FIFO for the loop (``realtime_priority``; refused
+without the permission, said once). Run it alone: a second process on the cores moves every figure.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def run_cell(export_dir: Path, transport: str, rate: int, seconds: float) -> dict:
+def run_cell(export_dir: Path, transport: str, rate: int, seconds: float, pin: dict | None = None) -> dict:
     import yaml
 
     from robopt.sim2real.deploy import deploy
@@ -93,17 +97,26 @@ def run_cell(export_dir: Path, transport: str, rate: int, seconds: float) -> dic
                 {"topic": "/joint_states", "field": "velocity", "joints": ["hinge"]},
             ],
         })  # fmt: skip
-    server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pin = pin or {}
+    robot_cpu = pin.get("robot")
+    preexec = None if robot_cpu is None else (lambda: __import__("os").sched_setaffinity(0, {robot_cpu}))
+    server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=preexec)  # fmt: skip
     try:
         server.stdout.readline()  # ready
         with tempfile.TemporaryDirectory() as scratch:
             config = Path(scratch) / "deploy.yaml"
             log = Path(scratch) / "ticks.npy"
-            config.write_text(yaml.safe_dump({"period": period, "estop_after": 0, "stale_timeout_ms": 1000,
-                                              "robot": robot_section}))  # fmt: skip
+            deploy_config = {"period": period, "estop_after": 0, "stale_timeout_ms": 1000, "robot": robot_section}
+            if pin.get("loop") is not None:
+                deploy_config["cpu_affinity"] = [pin["loop"]]
+            if pin.get("priority"):
+                deploy_config["realtime_priority"] = pin["priority"]
+            config.write_text(yaml.safe_dump(deploy_config))
+            notes: list[str] = []
             warm = deploy(export_dir, spec, duration=1.0, config_path=config, echo=lambda _: None)  # discovery
             summary = deploy(export_dir, spec, duration=seconds, config_path=config, log_path=log,
-                             echo=lambda _: None)  # fmt: skip
+                             echo=lambda line: notes.append(line) if line.startswith("loop:") else None)  # fmt: skip
             ticks = np.load(log)
         server.send_signal(signal.SIGINT)  # the server prints its counts on Ctrl-C
         output, _ = server.communicate(timeout=20)
@@ -115,6 +128,7 @@ def run_cell(export_dir: Path, transport: str, rate: int, seconds: float) -> dic
     return {
         "transport": transport, "rate": rate, "ticks": sent,
         "missed": summary["counters"]["missed_deadline"],
+        "late": summary["counters"].get("late_ticks", -1), "notes": notes + summary.get("notices", []),
         "read_to_send_p50_us": summary["compute_p50_us"], "read_to_send_p99_us": summary["compute_p99_us"],
         "age_p50_ms": float(np.percentile(age, 50)) if age.size else float("nan"),
         "age_p99_ms": float(np.percentile(age, 99)) if age.size else float("nan"),
@@ -128,16 +142,23 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rates", type=int, nargs="+", default=[100, 250, 500, 1000])
     parser.add_argument("--transports", nargs="+", default=["udp", "ros2", "zenoh"], choices=["udp", "ros2", "zenoh"])
+    parser.add_argument("--pin-loop", type=int, default=None, help="pin the deploy loop's thread to this CPU")
+    parser.add_argument("--pin-robot", type=int, default=None, help="pin the simulated robot's process to this CPU")
+    parser.add_argument("--rt-priority", type=int, default=0, help="SCHED_FIFO priority for the loop (0: none)")
     args = parser.parse_args()
+    pin = {"loop": args.pin_loop, "robot": args.pin_robot, "priority": args.rt_priority}
     with tempfile.TemporaryDirectory() as scratch:
         export_dir = make_export(Path(scratch))
-        print("transport  rate_hz  ticks  missed (share)  read-to-send p50/p99 us  obs age p50/p99 ms  lost")
+        print("transport  rate_hz  ticks  missed (share)  late  read-to-send p50/p99 us  obs age p50/p99 ms  lost")
         for transport in args.transports:
             for rate in args.rates:
-                row = run_cell(export_dir, transport, rate, args.seconds)
+                row = run_cell(export_dir, transport, rate, args.seconds, pin)
+                for note in dict.fromkeys(row["notes"]):
+                    print(f"  {note}")
                 lost = row["sent_total"] - row["server_received"] if row["server_received"] >= 0 else -1
                 share = row["missed"] / max(row["ticks"], 1)
                 print(f"{transport:9s}  {rate:7d}  {row['ticks']:5d}  {row['missed']:6d} ({share:.2%})"
+                      f"  {row['late']:4d}"
                       f"  {row['read_to_send_p50_us']:8.0f} / {row['read_to_send_p99_us']:6.0f}"
                       f"  {row['age_p50_ms']:8.2f} / {row['age_p99_ms']:6.2f}  {lost}", flush=True)  # fmt: skip
 

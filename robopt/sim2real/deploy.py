@@ -10,6 +10,7 @@ ends (``--duration``, Ctrl-C) with ``ControlLoop.stop()``: the safe action until
 from __future__ import annotations
 
 import gc
+import math
 import sys
 from pathlib import Path
 
@@ -54,10 +55,12 @@ def deploy(
     live = sys.stdout.isatty()
 
     def show(status: dict) -> None:
-        for notice in status.get("notices", ()):  # what the robot link reports once (a silent topic...)
+        notices = [f"robot: {n}" for n in status.get("notices", ())]  # what the link reports once (a silent topic)
+        notices += [f"loop: {n}" for n in status.get("loop_notices", ())]  # stamp faults, slow seconds, scheduling
+        for notice in notices:
             if live:
                 sys.stdout.write("\r\033[K")
-            echo(f"robot: {notice}")
+            echo(notice)
         if live:  # rewrite one line in a terminal
             sys.stdout.write(f"\r{format_status(status)}\033[K")
             sys.stdout.flush()
@@ -88,10 +91,11 @@ def deploy(
 def format_status(status: dict) -> str:
     """One status line: time, ticks, rate, compute p50/p99, observation age and the checks that fired."""
     fired = " ".join(f"{k}={v}" for k, v in status["fired"].items()) or "no checks fired"
+    age = status["obs_age_ms"]
+    age = f"{age:.1f} ms" if math.isfinite(age) else "n/a (no sane stamp yet)"
     return (
         f"{status['time']:7.1f}s  {status['ticks']} ticks  {status['rate_hz']:.1f} Hz  compute p50 "
-        f"{status['compute_p50_us']:.0f} us p99 {status['compute_p99_us']:.0f} us  obs age "
-        f"{status['obs_age_ms']:.1f} ms  {fired}"
+        f"{status['compute_p50_us']:.0f} us p99 {status['compute_p99_us']:.0f} us  obs age {age}  {fired}"
     )
 
 
@@ -104,6 +108,17 @@ def format_summary(summary: dict) -> str:
         f" policy call (median at start) {summary['policy_median_us']:.0f} us",
         "counters: " + ", ".join(f"{k}={v}" for k, v in summary["counters"].items()),
     ]
+    counters = summary["counters"]
+    if "late_ticks" in counters:
+        lowest = summary.get("lowest_rate_hz", math.nan)
+        lines.insert(1, (
+            f"timing: period {summary['period_hz']:.1f} Hz, lowest 1-s rate "
+            + (f"{lowest:.1f} Hz" if math.isfinite(lowest) else "n/a (under a second)")
+            + f", late ticks {counters['late_ticks']}, skipped {counters['skipped_ticks']}, missed deadlines "
+            f"{counters['missed_deadline']}, stamp faults {counters['stamp_faults']} (future "
+            f"{counters['stamp_future']}, backward {counters['stamp_backward']}, invalid {counters['stamp_invalid']})"
+        ))  # fmt: skip
+    lines += [f"loop: {notice}" for notice in summary.get("notices", ())]
     if summary["estopped"]:
         lines.append("e-stop: LATCHED")
     if summary["episode_returns"]:

@@ -9,6 +9,7 @@ Torch-free (numpy, pyyaml). ``robopt.sim2real.runtime`` re-exports these names.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,18 @@ class DeployConfig:
     posture: Any = option(None, "the safe posture (A numbers within the action bounds) for safe_action: posture")
     tick_on: str = option(
         "clock", "clock: tick every period of the runtime's clock; measurement: tick when a new observation arrives "
-        "(at most one period late), so the policy acts on the freshest measurement", ("clock", "measurement")
+        "(never sooner than a period after the last tick, at most a quarter period later), so the policy acts on the "
+        "freshest measurement", ("clock", "measurement")
+    )  # fmt: skip
+    min_rate_share: float = option(
+        0.9, "a second in which the loop ticks below this share of 1/period is reported at the time (0: never)"
+    )  # fmt: skip
+    cpu_affinity: tuple[int, ...] = option(
+        (), "pin the control loop's thread to these CPU ids (Linux); empty: no pinning"
+    )  # fmt: skip
+    realtime_priority: int = option(
+        0, "request real-time scheduling (SCHED_FIFO) at this priority, 1 to 99 (Linux; needs root or "
+        "CAP_SYS_NICE, else one line and the normal scheduler); 0: the normal scheduler"
     )  # fmt: skip
     chunk_replan_every: int = option(0, "action chunks (H > 1): call the policy every k ticks (0: every H ticks)")
     log_capacity: int = option(100_000, f"ticks kept in the ring log (1 to {MAX_LOG_CAPACITY:_})")
@@ -61,6 +73,18 @@ class DeployConfig:
         for name, ok in checks.items():
             if not ok or not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
+        if not 0 <= self.min_rate_share <= 1:
+            raise ValueError(f"min_rate_share must be between 0 and 1, got {self.min_rate_share!r}")
+        if not 0 <= self.realtime_priority <= 99:
+            raise ValueError(f"realtime_priority must be between 0 (off) and 99, got {self.realtime_priority!r}")
+        cpus = os.cpu_count() or 1
+        if not all(0 <= cpu < cpus for cpu in self.cpu_affinity) or len(set(self.cpu_affinity)) != len(
+            self.cpu_affinity
+        ):
+            raise ValueError(
+                f"cpu_affinity must list distinct CPU ids from 0 to {cpus - 1} (this machine), got "
+                f"{list(self.cpu_affinity)!r}"
+            )
         if not 1 <= self.log_capacity <= MAX_LOG_CAPACITY:
             raise ValueError(f"log_capacity must be between 1 and {MAX_LOG_CAPACITY:_} ticks, got {self.log_capacity}")
 

@@ -73,7 +73,16 @@ def _sim_robot(spec: str, sidecar: Sidecar, realtime: bool, period: float | None
     if not env_id:
         raise DeployError(f"--robot {spec!r}: missing env id, e.g. sim:{sidecar.env_id}")
     options = _parse_sim_options(spec, query)
-    from robopt.sim2real.simrobot import SimRobot  # torch and the simulators: only for simulated robots
+    try:
+        from robopt.sim2real.simrobot import SimRobot  # torch and the simulators: only for simulated robots
+    except ModuleNotFoundError as error:
+        if not (error.name or "").startswith(("robopt", "torch", "mujoco", "gymnasium")):
+            raise
+        raise DeployError(
+            f"--robot {spec!r}: this deploy-only package drives udp://, ros2:// and zenoh:// robots; the simulated "
+            "robot lives in the full robopt (torch and the simulators): run `robopt sim-robot ENV --port PORT` "
+            "there and deploy here with --robot udp://HOST:PORT"
+        ) from None
 
     try:
         robot = SimRobot(

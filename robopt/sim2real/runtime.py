@@ -28,29 +28,49 @@ from robopt.sim2real.model import (
     verify_parity,  # noqa: F401
 )
 from robopt.sim2real.sidecar import DeployError, Sidecar
+from robopt.sim2real.stamps import Stamps
 from robopt.sim2real.tick_log import TickLog
 
-__all__ = ["POLL_S", "STOP_SECONDS", "WAKE_EARLY", "ControlLoop"]
+__all__ = ["LATE_SHARE", "LOOK_SHARE", "POLL_S", "STOP_SECONDS", "WAIT_SHARE", "ControlLoop"]
 
 STOP_SECONDS = 2.0  # ``stop()`` ramps the safe action for at most this long
-WAKE_EARLY = 0.25  # tick_on: measurement: wake this fraction of a period before the next measurement is due
+LOOK_SHARE = 0.5  # tick_on: measurement: look for a new measurement from this share of a period before a tick...
+WAIT_SHARE = 0.25  # ...and wait for one at most this share of a period past it
 POLL_S = 0.0005  # tick_on: measurement: seconds between looks for a new observation
+RELOCK_AFTER = 3  # tick_on: measurement: after this many ticks in a row on measurements that came early, skip one
+LATE_SHARE = 0.1  # a tick that starts more than this share of a period after it was due is late
+JITTER_SHARE = 0.05  # tick_on: measurement: a tick this share of a period after its earliest time keeps the grid
 
 
 class ControlLoop:
     """Runs ``policy`` on ``robot`` every period behind a SafetyLayer; owns the robot (``close`` closes it).
 
     Each tick: read the latest observation, ``SafetyLayer.tick``, send, log. Ticks are paced with
-    ``time.perf_counter`` (sleep to the next deadline; a tick that ends past the next deadline counts
-    ``missed_deadline`` and the schedule restarts from now, no burst of catch-up ticks). A tick whose read-to-send
-    time exceeds the watchdog is flagged WATCHDOG and counts as a fault. ``realtime=False`` does not sleep and calls
-    the robot's ``step_sync()`` after each tick (a SimRobot on its virtual clock: pass ``clock=robot.clock``), so
-    with no delays tick t sees the observation after t env steps and its action drives step t + 1.
-    ``tick_on: measurement`` (deploy config) ticks in phase with the robot instead: a quarter period before the
-    next measurement is due it looks for an observation newer than the last tick's every 0.5 ms and ticks when one
-    arrives (or one period past the usual deadline without one, where the stale check decides), so a tick acts on
-    a measurement as old as the link's latency rather than up to a period older.
-    ``status`` is called with a dict about once a second of ``clock`` time (see ``format_status``).
+    ``time.perf_counter``; the loop never ticks faster than its period, whatever the robot sends or stamps:
+    - ``tick_on: clock``: sleep to each deadline of a fixed schedule. A tick that starts more than LATE_SHARE of a
+      period after its deadline counts ``late_ticks`` and the schedule restarts from it: no burst of catch-up
+      ticks (``skipped_ticks``: the whole periods all late ticks lost together). A tick that ends past the next
+      deadline counts ``missed_deadline``.
+    - ``tick_on: measurement`` ticks in phase with the robot: from half a period after the last tick it looks every
+      0.5 ms for a measurement other than the last tick's (any other stamp, so a robot clock that jumps or restarts
+      never stalls it) and ticks when one arrives, but never sooner than a period after the last tick (less
+      JITTER_SHARE of a period where that tick overshot its own earliest time: no faster on average), nor later
+      than 1.25 periods (without one: the stale check decides). A measurement already waiting when it starts to look
+      came half a period or more before the tick: it ticks on it at the earliest, but after RELOCK_AFTER such ticks
+      in a row (a lag that persists: the start, a late packet that shifted the phase) it waits for the next one,
+      which brings the loop back in phase at the cost of one longer interval. A burst of measurements cannot make
+      it tick sooner; a tick acts on a measurement as old as the link's latency rather than up to a period older.
+    A new measurement whose stamp is not a finite number, lies more than a period ahead of ``clock`` or goes back
+    from the previous one counts ``stamp_faults`` (and the kind, ``stamp_future``/``stamp_backward``/
+    ``stamp_invalid``); the safety layer decides what the tick sends. A tick whose read-to-send time exceeds the
+    watchdog is flagged WATCHDOG and counts as a fault. ``realtime=False`` does not sleep and calls the robot's
+    ``step_sync()`` after each tick (a SimRobot on its virtual clock: pass ``clock=robot.clock``), so with no
+    delays tick t sees the observation after t env steps and its action drives step t + 1.
+    ``cpu_affinity`` and ``realtime_priority`` (deploy config) apply to the thread that calls ``run`` (undone by
+    ``close``); what was refused is one notice. A second of ``clock`` time whose rate falls below
+    ``min_rate_share`` of 1/period counts ``low_rate_seconds`` and is one notice at the time.
+    ``status`` is called with a dict about once a second of ``clock`` time (see ``format_status``); its
+    ``loop_notices`` are the loop's one-line reports since the last call.
     A tick never raises: a robot that does counts ``robot_error``, safety checks or a policy that do send
     ``SafetyLayer.fail_safe()`` (flag and counter ``internal_error``). ``run`` may be called again and again;
     ``stop()`` ends the deployment (Ctrl-C in ``run`` calls it, ``deploy`` calls it at the end), ``close()`` closes
@@ -94,13 +114,20 @@ class ControlLoop:
         if config.log_path:
             check_log_path(config.log_path)
         self.log = TickLog(config.log_capacity, sidecar.action_dim)
-        self.counters = {"missed_deadline": 0, "robot_error": 0, "stop_ticks": 0}
+        self.counters = {"missed_deadline": 0, "late_ticks": 0, "skipped_ticks": 0, "low_rate_seconds": 0,
+                         "robot_error": 0, "stop_ticks": 0}  # fmt: skip
+        self.stamps = Stamps(future_tolerance=self.period)  # which measurement is new; stamp faults
         self.ticks, self.interrupted, self.seconds = 0, False, 0.0
         self._start: float | None = None
         self._status_time, self._status_ticks, self._window = 0.0, 0, []
         self._last_age, self._closed, self._deadline = math.nan, False, time.perf_counter()
         self._stopped, self._estop_by_stop = False, False
-        self.in_phase, self._last_stamp = config.tick_on == "measurement", -math.inf
+        self.in_phase = config.tick_on == "measurement"
+        self._lost_seconds = 0.0  # time late ticks lost to the schedule (skipped_ticks: whole periods of it)
+        self._early_streak = 0  # ticks in a row on measurements that were waiting before the loop looked
+        self.notices: list[str] = []  # one-line reports not yet shown by ``status``
+        self._scheduling = None
+        self.lowest_rate_hz = math.inf
 
     def run(self, duration: float | None = None, ticks: int | None = None) -> dict:
         """Run until ``duration`` seconds or ``ticks`` ticks (either or both; neither: until Ctrl-C); the summary.
@@ -112,35 +139,50 @@ class ControlLoop:
         if duration is not None and not self.realtime:  # virtual time: one period per tick
             ticks = min(ticks, round(duration / self.period)) if ticks is not None else round(duration / self.period)
         step_sync = None if self.realtime else getattr(self.robot, "step_sync", None)
-        start = deadline = time.perf_counter()
+        if self._scheduling is None and (self.config.cpu_affinity or self.config.realtime_priority):
+            from robopt.sim2real.scheduling import apply_scheduling
+
+            self._scheduling = apply_scheduling(self.config.cpu_affinity, self.config.realtime_priority)
+            self.notices += self._scheduling.notes
+        period = self.period
+        start = wake = earliest = due = time.perf_counter()  # the next tick: look from wake, tick from earliest,
+        if self.in_phase:  # late past due; the first waits up to that long for a measurement
+            due += WAIT_SHARE * self.period
         if self._start is None:
-            self._start = self._status_time = self.clock()
+            self._start = self.clock()
+        self._status_time, self._status_ticks = self.clock(), self.ticks  # a pause between runs is not a slow second
         done, interrupted = 0, False
         try:
             while ticks is None or done < ticks:
                 if self.realtime:
-                    if duration is not None and deadline - start >= duration - 1e-9:  # next tick past the end
+                    if duration is not None and earliest - start >= duration - 1e-9:  # next tick past the end
                         break
-                    wait = deadline - time.perf_counter()
+                    wait = wake - time.perf_counter()
                     if wait > 0:
                         time.sleep(wait)
                     if self.in_phase:
-                        self._await_measurement(deadline + WAKE_EARLY * self.period + self.period)
+                        self._await_measurement(earliest, due)
                 tick_start = time.perf_counter()
+                if self.realtime:
+                    lateness = tick_start - due
+                    if lateness > LATE_SHARE * period:  # a stall (GC, scheduler, a slow robot read)
+                        self.counters["late_ticks"] += 1
+                        self._lost_seconds += lateness  # the schedule restarts: the time is lost for good
+                        self.counters["skipped_ticks"] = int(self._lost_seconds // period)
                 self._tick()
                 done += 1
                 if step_sync is not None:  # virtual time: the world moves one period between ticks
                     step_sync()
-                if self.realtime and self.in_phase:  # the next measurement is due one period after this one
-                    deadline = tick_start + (1.0 - WAKE_EARLY) * self.period
-                    if time.perf_counter() > tick_start + self.period:
+                if self.realtime:
+                    if self.in_phase:  # a period after this tick at the earliest, in phase with the robot; a tick
+                        # close to its earliest time keeps the grid (sleep overshoot does not add up into a lag)
+                        earliest = max(earliest + period, tick_start + (1.0 - JITTER_SHARE) * period)
+                        wake, due = earliest - LOOK_SHARE * period, earliest + WAIT_SHARE * period
+                    else:  # the fixed schedule; restarted from a late tick (no catch-up burst)
+                        wake = earliest = due = (tick_start if tick_start - due > LATE_SHARE * period else due) + period
+                    if time.perf_counter() > tick_start + period:
                         self.counters["missed_deadline"] += 1
-                else:
-                    deadline += self.period
-                    if self.realtime and time.perf_counter() > deadline:
-                        self.counters["missed_deadline"] += 1
-                        deadline = time.perf_counter()
-                self._deadline = deadline
+                self._deadline = earliest
                 self._maybe_status()
         except KeyboardInterrupt:
             interrupted = True
@@ -183,16 +225,35 @@ class ControlLoop:
         self.seconds += time.perf_counter() - start
         return sent
 
-    def _await_measurement(self, limit: float) -> None:
-        """Sleep until the robot holds an observation newer than the last tick's, or until ``limit``."""
-        while time.perf_counter() < limit:
-            try:
-                stamp = float(self.robot.read()[1])
-            except Exception:  # a broken link or a bad timestamp: the tick counts it
+    def _await_measurement(self, earliest: float, limit: float) -> None:
+        """Wait for a measurement to arrive while looking (one already waiting came early: the next one), then
+        until ``earliest``; or until ``limit``."""
+        waiting = self._stamp_now()
+        skip = None
+        if waiting is not None and self.stamps.is_new(waiting):  # it came before the loop looked
+            self._early_streak += 1
+            if self._early_streak < RELOCK_AFTER:
+                if (wait := earliest - time.perf_counter()) > 0:
+                    time.sleep(wait)
                 return
-            if stamp > self._last_stamp:
+            skip, self._early_streak = waiting, 0  # the phase lags: wait for the next measurement to relock
+        else:
+            self._early_streak = 0
+        while (now := time.perf_counter()) < limit:
+            stamp = self._stamp_now()
+            if stamp is None:  # a broken link or a timestamp that is not a number: the tick counts it
+                return
+            if self.stamps.is_new(stamp) and stamp != skip:
+                if now < earliest:
+                    time.sleep(earliest - now)
                 return
             time.sleep(POLL_S)
+
+    def _stamp_now(self) -> float | None:
+        try:
+            return float(self.robot.read()[1])
+        except Exception:  # noqa: BLE001
+            return None
 
     def _tick(self) -> None:
         start = time.perf_counter()
@@ -201,11 +262,8 @@ class ControlLoop:
         except Exception:  # a broken robot link: a tick without observation, never a crash
             self.counters["robot_error"] += 1
             obs, obs_time = None, math.nan
-        try:
-            self._last_stamp = max(self._last_stamp, float(obs_time))
-        except Exception:  # noqa: BLE001 - no usable timestamp: the next tick waits for any newer one
-            pass
         now = self.clock()
+        usable = obs is not None and self.stamps.check(obs_time, now, self.ticks)
         try:
             action, flags = self.safety.tick(obs, obs_time, now)
         except Exception:  # a bug in a check or a policy's reset: the safe action without the policy, rate-limited
@@ -215,10 +273,12 @@ class ControlLoop:
         if compute > self.watchdog:
             flags |= self.safety.record_overrun()
         try:
-            self._last_age = now - float(obs_time)
+            age = now - float(obs_time)  # the log keeps what the stamp says, however wrong
         except Exception:  # no number, too large, or a timestamp whose conversion fails: no age
-            self._last_age = math.nan
-        self.log.append(self.ticks, now - self._start, self._last_age, compute * 1e6, flags, action)
+            age = math.nan
+        if usable:  # the status line shows the age of the last sane stamp
+            self._last_age = age
+        self.log.append(self.ticks, now - self._start, age, compute * 1e6, flags, action)
         self._window.append(compute * 1e6)
         self.ticks += 1
 
@@ -232,18 +292,32 @@ class ControlLoop:
         now = self.clock()
         if now - self._status_time < 1.0:
             return
+        rate = (self.ticks - self._status_ticks) / (now - self._status_time)
+        self.lowest_rate_hz = min(self.lowest_rate_hz, rate)
+        if self.realtime and rate < self.config.min_rate_share / self.period:
+            self.counters["low_rate_seconds"] += 1
+            if self.counters["low_rate_seconds"] == 1 or self.counters["low_rate_seconds"] % 60 == 0:
+                self.notices.append(
+                    f"{now - self._start:.1f} s: {rate:.1f} Hz over the last {now - self._status_time:.1f} s, below "
+                    f"{self.config.min_rate_share:.0%} of the period's {1 / self.period:.1f} Hz (late ticks "
+                    f"{self.counters['late_ticks']}, skipped {self.counters['skipped_ticks']}, stamp faults "
+                    f"{self.stamps.counters['stamp_faults']} so far; counted as low_rate_seconds)"
+                )
         if self.status is not None:
             window = np.asarray(self._window)
+            notices = self.notices + self.stamps.notices
+            self.notices, self.stamps.notices = [], []
             self.status(
                 {
                     "time": now - self._start,
                     "ticks": self.ticks,
-                    "rate_hz": (self.ticks - self._status_ticks) / (now - self._status_time),
+                    "rate_hz": rate,
                     "compute_p50_us": float(np.percentile(window, 50)) if window.size else math.nan,
                     "compute_p99_us": float(np.percentile(window, 99)) if window.size else math.nan,
                     "obs_age_ms": self._last_age * 1e3,
                     "fired": {k: v for k, v in self.all_counters().items() if v and k != "ticks"},
                     "notices": self._robot_notices(),
+                    "loop_notices": notices,
                 }
             )
         self._status_time, self._status_ticks, self._window = now, self.ticks, []
@@ -262,7 +336,7 @@ class ControlLoop:
             robot = {f"robot.{k}": int(v) for k, v in dict(self.robot.counters).items()}
         except Exception:
             robot = {}
-        return {**self.safety.counters, **self.counters, **robot}
+        return {**self.safety.counters, **self.counters, **self.stamps.counters, **robot}
 
     def summary(self) -> dict:
         """ticks, seconds, rate_hz, compute p50/p99 (read to send, us, over the logged ticks), counters, returns."""
@@ -275,6 +349,9 @@ class ControlLoop:
             "ticks": self.ticks,
             "seconds": self.seconds,
             "rate_hz": self.ticks / self.seconds if self.seconds > 0 else math.nan,
+            "period_hz": 1.0 / self.period,
+            "lowest_rate_hz": self.lowest_rate_hz if math.isfinite(self.lowest_rate_hz) else math.nan,
+            "notices": self.notices + self.stamps.notices,  # those no status line has shown
             "compute_p50_us": float(np.percentile(compute, 50)) if compute.size else math.nan,
             "compute_p99_us": float(np.percentile(compute, 99)) if compute.size else math.nan,
             "policy_median_us": self.policy_seconds * 1e6,
@@ -293,6 +370,8 @@ class ControlLoop:
         if self._closed:
             return None
         self._closed = True
+        if self._scheduling is not None:
+            self._scheduling.restore()
         try:
             self.robot.close()
         except Exception:

@@ -39,21 +39,41 @@ def topic_key(topic: str, namespace: str = "") -> str:
     return f"{namespace.strip('/')}/{key}" if namespace.strip("/") else key
 
 
+def check_endpoint(endpoint, key: str) -> str:
+    """A Zenoh endpoint whose port (``PROTOCOL/HOST:PORT``, e.g. ``tcp/127.0.0.1:7447``) is in 1..65535; ConfigError
+    (one line) otherwise. Endpoints without a port (``unixsock-stream/PATH``, ``serial/...``) pass as written."""
+    if not isinstance(endpoint, str) or not endpoint:
+        raise ConfigError(f"{key}: expected an endpoint such as tcp/127.0.0.1:7447, got {endpoint!r}")
+    protocol, slash, address = endpoint.partition("/")
+    address = address.split("#", 1)[0].split("?", 1)[0]
+    if not slash or not protocol or not address:
+        raise ConfigError(f"{key}: {endpoint!r} is not PROTOCOL/ADDRESS, e.g. tcp/127.0.0.1:7447")
+    if protocol in ("tcp", "udp", "tls", "quic", "ws"):
+        host, colon, port = address.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ConfigError(f"{key}: {endpoint!r} needs a port in 1..65535 ({protocol}/HOST:PORT, e.g. "
+                              f"{protocol}/127.0.0.1:7447)")  # fmt: skip
+    return endpoint
+
+
 def zenoh_config(options: dict, endpoint: str = ""):
     """A ``zenoh.Config`` from the ``robot.zenoh`` options (and a ``zenoh://ENDPOINT``); ConfigError when bad."""
-    zenoh = import_zenoh()
     allowed = {"connect", "listen", "mode", "namespace", "multicast"}
     unknown = set(options) - allowed
     if unknown:
         raise ConfigError(f"robot.zenoh: unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(sorted(allowed))}")
     connect = list(options.get("connect") or []) + ([endpoint] if endpoint else [])
     listen = list(options.get("listen") or [])
+    for name, endpoints in (("connect", connect), ("listen", listen)):
+        for item in endpoints:
+            check_endpoint(item, f"robot.zenoh.{name}" if item is not endpoint else f"zenoh://{endpoint}")
     mode = options.get("mode", "peer")
     if mode not in MODES:
         raise ConfigError(f"robot.zenoh.mode: {mode!r} is not allowed; allowed: {', '.join(MODES)}")
     multicast = options.get("multicast", True)
     if not isinstance(multicast, bool):
         raise ConfigError(f"robot.zenoh.multicast: expected true or false, got {multicast!r}")
+    zenoh = import_zenoh()
     config = zenoh.Config()
     try:
         config.insert_json5("mode", json.dumps(mode))

@@ -36,6 +36,12 @@ def test_deploy_only_wheel_runs_a_policy_without_torch(export_dir, tmp_path, pen
     listed = subprocess.run([uv, "pip", "list", "--python", str(python)], capture_output=True, text=True, check=True)
     names = {line.split()[0].lower() for line in listed.stdout.splitlines()[2:] if line.strip()}
     assert "robopt-deploy" in names and "onnxruntime" in names and "cyclonedds" in names and "torch" not in names
+    # the simulated robot is not in this package: one line that says where it lives, no traceback
+    command = [str(env_dir / "bin" / "robopt"), "deploy", str(export_dir), "--robot", "sim:Pendulum-v1"]
+    simulated = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    lines = (simulated.stdout + simulated.stderr).strip().splitlines()
+    assert simulated.returncode == 2 and len(lines) == 1 and "deploy-only package" in lines[0], lines
+    assert "robopt sim-robot" in lines[0] and "Traceback" not in simulated.stderr
 
     domain = 1 + zlib.crc32(str(tmp_path).encode()) % 200
     server = subprocess.Popen(

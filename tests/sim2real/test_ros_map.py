@@ -249,6 +249,10 @@ def test_domain_ids_specs_and_a_missing_transport_are_one_line_errors(monkeypatc
         ("ros2://", {**PENDULUM, "ros2": {"domain_id": -1}}, "-1 is not a DDS domain id"),
         ("ros2://", {**PENDULUM, "ros2": {"domian_id": 3}}, "robot.ros2: unknown key 'domian_id'"),
         ("zenoh://", {**PENDULUM, "zenoh": {"mode": "router"}}, "robot.zenoh.mode: 'router' is not allowed"),
+        ("zenoh://tcp/127.0.0.1:99999", PENDULUM, "'tcp/127.0.0.1:99999' needs a port in 1..65535"),
+        ("zenoh://tcp/127.0.0.1", PENDULUM, "needs a port in 1..65535"),
+        ("zenoh://", {**PENDULUM, "zenoh": {"listen": ["udp/0.0.0.0:0"]}}, "robot.zenoh.listen: 'udp/0.0.0.0:0'"),
+        ("zenoh://127.0.0.1:7447", PENDULUM, "is not PROTOCOL/ADDRESS, e.g. tcp/127.0.0.1:7447"),
         ("carrier-pigeon://", PENDULUM, "expected sim:ENV_ID"),
     ]:
         with pytest.raises((ConfigError, DeployError)) as error:
@@ -272,6 +276,7 @@ def test_domain_ids_specs_and_a_missing_transport_are_one_line_errors(monkeypatc
             "robot.observation[0].type: unknown message type 'sensor_msgs/Foo'",
         ),
         ("zenoh://", "robot: {zenoh: {mode: router}}", "robot.zenoh.mode: 'router' is not allowed"),
+        ("zenoh://tcp/127.0.0.1:99999", "", "zenoh://tcp/127.0.0.1:99999: 'tcp/127.0.0.1:99999' needs a port"),
     ],
 )
 def test_deploy_command_refuses_bad_robot_input_with_one_line_and_exit_2(export_dir, tmp_path, robot, config, message):
