@@ -129,7 +129,7 @@ def _topic_robot(spec: str, sidecar: Sidecar, section: dict | None) -> RobotInte
     from robopt.sim2real.topic_robot import TopicRobot
 
     scheme, _, rest = spec.partition("://")
-    mapping = parse_robot_map(section, scheme, sidecar.obs_dim, sidecar.action_dim)
+    mapping = parse_robot_map(section, scheme, sidecar.obs_dim, sidecar.action_dim, sidecar.robot)
     options = dict(mapping.transport)
     publications = {mapping.command.topic: (mapping.command.type, mapping.command.qos)}
     try:

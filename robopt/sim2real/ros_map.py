@@ -18,43 +18,66 @@ a Quaternion x, y, z, w) or an array; ``joints`` picks JointState entries by nam
 in the body frame, R^T [0, 0, -1], as legged-robot policies observe it), ``{scale: s, offset: o}`` (s x + o), or
 ``{hook: "package.module:function"}`` (any numpy function of the vector); a list applies each to the selected
 vector and concatenates the results (``[cos, sin]`` of angles q gives cos q then sin q, Gymnasium's layout).
+A list inside the list is a pipeline, applied in order (``[[gravity, {scale: 2}]]``); ``{clip: c}`` clips to
+[-c, c]. Two entries that are not plain topic fields:
+``{source: last_action}`` is the action this runtime sent last (zero at start), as policies that observe their
+last action were trained; ``{input: command, topic: /cmd_vel, type: geometry_msgs/Twist, fields: [linear.x,
+linear.y, angular.z], low: [...], high: [...], hold_s: 0.5}`` is a command a person or a planner sends now and
+then: clamped into [low, high] (counted ``command_clamped``), held ``hold_s`` after its last message and zero
+before the first and after that (one notice), and never a reason for the safe action (its age is not the
+measurement's). ``observation: from_sidecar`` builds the whole list from the export's ``robot`` block
+(``robopt.sim2real.sidecar_map``).
 Per topic ``qos`` overrides the default (``robot.qos``, sensor_data: best effort, which matches reliable and
 best-effort publishers alike). The command (reliable unless its ``qos`` says otherwise, as ROS 2 subscribers
 expect): ``topic``, ``type`` (Float64MultiArray: ``data``; JointState: ``field`` with ``joints``; Twist:
 ``fields``, one dotted path per action, e.g. [linear.x, angular.z]), ``scale`` and ``offset`` (the message carries
-scale * action + offset). Every problem is a one-line ConfigError naming the key.
+scale * action + offset). ``targets: joint_position`` (a robot from its description) takes the scale and offset
+from the sidecar (target = default pose + action scale * action) and ``joints`` as the names in the message's order,
+mapped to the policy's by name (all of them; default: the policy's order). Every problem is a one-line ConfigError
+naming the key.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from robopt.options import ConfigError
-from robopt.sim2real.ros_fields import gravity_in_body
+from robopt.options import ConfigError  # noqa: F401  (callers catch it from here)
+from robopt.sim2real.ros_command import CommandMap, parse_command
+from robopt.sim2real.ros_fields import gravity_in_body  # noqa: F401  (re-exported: tests import it from here)
+from robopt.sim2real.ros_map_parts import (
+    ELEMENT_TRANSFORMS,  # noqa: F401
+    fail,
+    indices_of,
+    names_of,
+    numbers_of,
+    numeric_size,
+    qos_of,
+    transforms_of,
+)
 from robopt.sim2real.ros_messages import (
     MESSAGES,
     TOPIC_TYPES,
     MessageTypeError,
     check_topic_name,
-    field_type,
     full_type_name,
-    parse_field_type,
     short_type_name,
 )
-from robopt.sim2real.transport import QOS_PROFILES, RELIABILITY, Qos
+from robopt.sim2real.transport import QOS_PROFILES, Qos
 
 STAMPS = ("header", "receive")
-ELEMENT_TRANSFORMS = ("identity", "cos", "sin", "gravity")
 
 
 @dataclass(frozen=True)
 class Selection:
-    """One observation entry: ``extract(message) -> vector``, with its static size (None: known at run time)."""
+    """One observation entry: ``extract(message) -> vector``, with its static size (None: known at run time).
+
+    ``kind``: ``topic`` (a field of the topic's newest message), ``last_action`` (the runtime's last action) or
+    ``command`` (``fields`` of an occasional command message, clamped into [low, high], zero ``hold`` seconds after
+    the last one)."""
 
     topic: str
     type: str
@@ -64,18 +87,11 @@ class Selection:
     transforms: tuple[Callable[[np.ndarray], np.ndarray], ...]
     size: int | None
     key: str  # robot.observation[i], for messages
-
-
-@dataclass(frozen=True)
-class CommandMap:
-    topic: str
-    type: str
-    field: str  # JointState: position, velocity or effort
-    joints: tuple[str, ...]
-    fields: tuple[str, ...]  # Twist: one dotted path per action
-    scale: np.ndarray | float
-    offset: np.ndarray | float
-    qos: Qos = Qos("reliable", 10)
+    kind: str = "topic"
+    fields: tuple[str, ...] = ()
+    hold: float = 0.0
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -88,217 +104,131 @@ class RobotMap:
     stamps: str = "header"
     transport: dict = field(default_factory=dict)
 
+    @property
+    def measured_topics(self) -> list[str]:
+        """The topics the observation waits for and whose stamps date it (command inputs are neither)."""
+        inputs = {s.topic for s in self.observation if s.kind == "command"}
+        return [topic for topic in self.topics if topic not in inputs]
+
 
 # ------------------------------------------------------------------------------------------------ parsing
 
 
-def _fail(key: str, message: str) -> ConfigError:
-    return ConfigError(f"{key}: {message}")
+def _bounds(entry: dict, key: str, size: int) -> tuple[np.ndarray, np.ndarray]:
+    low = np.broadcast_to(numbers_of(entry.get("low", -math.inf), f"{key}.low", "low"), (size,)).astype(np.float64)
+    high = np.broadcast_to(numbers_of(entry.get("high", math.inf), f"{key}.high", "high"), (size,)).astype(np.float64)
+    if not np.all(low <= high):
+        raise fail(key, f"low {low.tolist()} must not exceed high {high.tolist()}")
+    return low, high
 
 
-def _qos(value, key: str, default: Qos) -> Qos:
-    if value is None:
-        return default
-    if isinstance(value, str):
-        if value not in QOS_PROFILES:
-            raise _fail(key, f"unknown QoS profile {value!r}; allowed: {', '.join(QOS_PROFILES)} or a mapping")
-        return Qos(*QOS_PROFILES[value])
-    if not isinstance(value, dict) or set(value) - {"reliability", "depth"}:
-        raise _fail(key, f"expected a profile name or {{reliability, depth}}, got {value!r}")
-    reliability, depth = value.get("reliability", default.reliability), value.get("depth", default.depth)
-    if reliability not in RELIABILITY:
-        raise _fail(key, f"reliability {reliability!r} is not allowed; allowed: {', '.join(RELIABILITY)}")
-    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 10_000:
-        raise _fail(key, f"depth must be an integer in 1..10000, got {depth!r}")
-    return Qos(reliability, depth)
-
-
-def _names(value, key: str, what: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
-        raise _fail(key, f"{what} must be a list of non-empty strings, got {value!r}")
-    if len(set(value)) != len(value):
-        raise _fail(key, f"{what} repeat: {list(value)}")
-    return tuple(value)
-
-
-def _indices(value, key: str) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise _fail(key, f"index must be a list of integers, got {value!r}")
-    if any(v < 0 for v in value):
-        raise _fail(key, f"index values must be >= 0, got {list(value)}")
-    return tuple(value)
-
-
-def _numbers(value, key: str, name: str) -> np.ndarray | float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    if (
-        isinstance(value, (list, tuple))
-        and value
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
-    ):
-        return np.asarray(value, dtype=np.float64)
-    raise _fail(key, f"{name} must be a finite number or a list of them, got {value!r}")
-
-
-def numeric_size(full: str, path: str) -> int | None:
-    """How many numbers a field holds (None for a sequence: known when a message arrives); ConfigError-ready."""
-    spec = field_type(full, path)
-    item, size = parse_field_type(spec)
-    if item == "string":
-        raise MessageTypeError(f"{short_type_name(full)} field {path!r} is a string, not numbers")
-    if item in MESSAGES:
-        if size is not None:
-            raise MessageTypeError(f"{short_type_name(full)} field {path!r} is a list of messages, not numbers")
-        sizes = [numeric_size(item, name) for name, spec in MESSAGES[item] if parse_field_type(spec)[0] != "string"]
-        return None if any(s is None for s in sizes) else sum(sizes)
-    return 1 if size is None else (size or None)
-
-
-def _hook(spec, key: str) -> Callable[[np.ndarray], np.ndarray]:
-    module_name, _, function_name = str(spec).partition(":")
-    if not module_name or not function_name:
-        raise _fail(key, f"hook {spec!r} must read 'package.module:function'")
+def _special(entry: dict, i: int, topics: dict, inputs: set, action_dim: int) -> Selection:
+    """``{source: last_action}`` or ``{input: command, ...}`` (module doc)."""
+    key = f"robot.observation[{i}]"
+    if "source" in entry:
+        extra = sorted(set(entry) - {"source", "transform"})
+        if extra:
+            raise fail(key, f"a source entry takes source and transform, not {extra[0]!r}")
+        if entry["source"] != "last_action":
+            raise fail(f"{key}.source", f"{entry['source']!r} is not allowed; allowed: last_action")
+        raw = entry.get("transform", "identity")
+        transforms, size = transforms_of(raw, f"{key}.transform", "last_action", action_dim)
+        return Selection("", "", "", (), (), transforms, size, key, kind="last_action")
+    allowed = {"input", "topic", "type", "fields", "low", "high", "hold_s", "transform", "qos"}
+    if set(entry) - allowed:
+        raise fail(key, f"unknown key {sorted(set(entry) - allowed)[0]!r}; allowed: {', '.join(sorted(allowed))}")
+    if entry["input"] != "command":
+        raise fail(f"{key}.input", f"{entry['input']!r} is not allowed; allowed: command")
     try:
-        function = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as error:
-        raise _fail(key, f"hook {spec!r} cannot be loaded ({type(error).__name__}: {error})") from None
-    if not callable(function):
-        raise _fail(key, f"hook {spec!r} is not callable")
-    return lambda vector: np.asarray(function(vector), dtype=np.float64).reshape(-1)
+        topic = check_topic_name(entry.get("topic"))
+        full = full_type_name(entry.get("type", "geometry_msgs/Twist"))
+    except MessageTypeError as error:
+        raise fail(key, str(error)) from None
+    if full not in TOPIC_TYPES:
+        raise fail(f"{key}.type", f"{entry.get('type')!r} is not a topic type")
+    if topic in topics:
+        raise fail(f"{key}.topic", f"{topic} is in an earlier entry; a command input has a topic of its own")
+    inputs.add(topic)
+    fields = names_of(entry.get("fields"), f"{key}.fields", "fields")
+    if not fields:
+        raise fail(f"{key}.fields", f"missing: one dotted path of {short_type_name(full)} per command value, e.g. "
+                                     "[linear.x, linear.y, angular.z]")  # fmt: skip
+    for name in fields:
+        try:
+            if numeric_size(full, name) != 1:
+                raise MessageTypeError(f"{short_type_name(full)} field {name!r} is not one number")
+        except MessageTypeError as error:
+            raise fail(f"{key}.fields", str(error)) from None
+    hold = entry.get("hold_s", 0.5)
+    if isinstance(hold, bool) or not isinstance(hold, (int, float)) or not 0 < hold < math.inf:
+        raise fail(f"{key}.hold_s", f"must be a number of seconds > 0, got {hold!r}")
+    low, high = _bounds(entry, key, len(fields))
+    transforms, size = transforms_of(entry.get("transform", "identity"), f"{key}.transform", "fields", len(fields))
+    topics[topic] = (full, qos_of(entry.get("qos"), f"{key}.qos", Qos(*QOS_PROFILES["reliable"])))
+    return Selection(topic, full, "", (), (), transforms, size, key, kind="command", fields=fields, hold=float(hold),
+                     low=low, high=high)  # fmt: skip
 
 
-def _transform(item, key: str) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[int], int | None]]:
-    """(function, size of its output for an input of n numbers)."""
-    if item == "identity":
-        return (lambda v: v), (lambda n: n)
-    if item == "cos":
-        return np.cos, (lambda n: n)
-    if item == "sin":
-        return np.sin, (lambda n: n)
-    if item == "gravity":
-        return gravity_in_body, (lambda n: None if n is None else 3 * (n // 4))
-    if isinstance(item, dict) and set(item) <= {"scale", "offset"} and item:
-        scale = _numbers(item.get("scale", 1.0), key, "scale")
-        offset = _numbers(item.get("offset", 0.0), key, "offset")
-        return (lambda v: scale * v + offset), (lambda n: n)
-    if isinstance(item, dict) and set(item) == {"hook"}:
-        return _hook(item["hook"], key), (lambda n: None)
-    raise _fail(key, f"unknown transform {item!r}; allowed: {', '.join(ELEMENT_TRANSFORMS)}, {{scale, offset}}, "
-                     "{hook: 'package.module:function'}, or a list of these")  # fmt: skip
-
-
-def _selection(entry, i: int, topics: dict, default_qos: Qos) -> Selection:
+def _selection(entry, i: int, topics: dict, default_qos: Qos, action_dim: int, inputs: set) -> Selection:
     key = f"robot.observation[{i}]"
     allowed = {"topic", "type", "field", "joints", "index", "transform", "qos"}
     if not isinstance(entry, dict):
-        raise _fail(key, f"expected a mapping with topic and field, got {entry!r}")
+        raise fail(key, f"expected a mapping with topic and field, got {entry!r}")
+    if "source" in entry or "input" in entry:
+        return _special(entry, i, topics, inputs, action_dim)
     if set(entry) - allowed:
-        raise _fail(key, f"unknown key {sorted(set(entry) - allowed)[0]!r}; allowed: {', '.join(sorted(allowed))}")
+        raise fail(key, f"unknown key {sorted(set(entry) - allowed)[0]!r}; allowed: {', '.join(sorted(allowed))}")
     try:
         topic = check_topic_name(entry.get("topic"))
     except MessageTypeError as error:
-        raise _fail(f"{key}.topic", str(error)) from None
+        raise fail(f"{key}.topic", str(error)) from None
     if "type" in entry:
         try:
             full = full_type_name(entry["type"])
         except MessageTypeError as error:
-            raise _fail(f"{key}.type", str(error)) from None
+            raise fail(f"{key}.type", str(error)) from None
         if full not in TOPIC_TYPES:
-            raise _fail(f"{key}.type", f"{entry['type']!r} is part of a message, not a topic type; allowed: "
+            raise fail(f"{key}.type", f"{entry['type']!r} is part of a message, not a topic type; allowed: "
                                        f"{', '.join(short_type_name(t) for t in TOPIC_TYPES)}")  # fmt: skip
         if topic in topics and topics[topic][0] != full:
-            raise _fail(f"{key}.type", f"{topic} is {short_type_name(topics[topic][0])} in an earlier entry")
-        topics[topic] = (full, _qos(entry.get("qos"), f"{key}.qos", topics.get(topic, (full, default_qos))[1]))
+            raise fail(f"{key}.type", f"{topic} is {short_type_name(topics[topic][0])} in an earlier entry")
+        topics[topic] = (full, qos_of(entry.get("qos"), f"{key}.qos", topics.get(topic, (full, default_qos))[1]))
     elif topic not in topics:
-        raise _fail(key, f"the first entry of {topic} needs its type (e.g. type: sensor_msgs/JointState)")
+        raise fail(key, f"the first entry of {topic} needs its type (e.g. type: sensor_msgs/JointState)")
+    if topic in inputs:
+        raise fail(f"{key}.topic", f"{topic} is a command input; a measured topic has a topic of its own")
     elif "qos" in entry:
-        topics[topic] = (topics[topic][0], _qos(entry["qos"], f"{key}.qos", topics[topic][1]))
+        topics[topic] = (topics[topic][0], qos_of(entry["qos"], f"{key}.qos", topics[topic][1]))
     full = topics[topic][0]
     path = entry.get("field")
     if not isinstance(path, str) or not path:
-        raise _fail(f"{key}.field", f"missing: a field of {short_type_name(full)}, e.g. "
+        raise fail(f"{key}.field", f"missing: a field of {short_type_name(full)}, e.g. "
                                     f"{next(n for n, _ in MESSAGES[full] if n != 'header')}")  # fmt: skip
     try:
         size = numeric_size(full, path)
     except MessageTypeError as error:
-        raise _fail(f"{key}.field", str(error)) from None
-    joints = _names(entry.get("joints"), f"{key}.joints", "joints")
-    index = _indices(entry.get("index"), f"{key}.index")
+        raise fail(f"{key}.field", str(error)) from None
+    joints = names_of(entry.get("joints"), f"{key}.joints", "joints")
+    index = indices_of(entry.get("index"), f"{key}.index")
     if joints and (full != "sensor_msgs/msg/JointState" or path not in ("position", "velocity", "effort")):
-        raise _fail(f"{key}.joints", "joints pick entries of a JointState's position, velocity or effort")
+        raise fail(f"{key}.joints", "joints pick entries of a JointState's position, velocity or effort")
     if joints and index:
-        raise _fail(key, "give joints or index, not both")
+        raise fail(key, "give joints or index, not both")
     if joints or index:
         size = len(joints or index)
         if index and numeric_size(full, path) is not None and max(index) >= numeric_size(full, path):
-            raise _fail(f"{key}.index", f"{path} holds {numeric_size(full, path)} numbers; index {max(index)} is out")
-    raw = entry.get("transform", "identity")
-    items = raw if isinstance(raw, list) else [raw]
-    if not items:
-        raise _fail(f"{key}.transform", "an empty list; use identity")
-    transforms, out = [], 0
-    for item in items:
-        function, out_size = _transform(item, f"{key}.transform")
-        if item == "gravity" and size is not None and size % 4:
-            raise _fail(f"{key}.transform", f"gravity takes quaternions (4 numbers each), {path} gives {size}")
-        transforms.append(function)
-        part = out_size(size)
-        out = None if part is None or out is None else out + part
-    return Selection(topic, full, path, joints, index, tuple(transforms), out, key)
+            raise fail(f"{key}.index", f"{path} holds {numeric_size(full, path)} numbers; index {max(index)} is out")
+    transforms, out = transforms_of(entry.get("transform", "identity"), f"{key}.transform", path, size)
+    return Selection(topic, full, path, joints, index, transforms, out, key)
 
 
-def _command(value, action_dim: int) -> CommandMap:
-    key = "robot.command"
-    allowed = {"topic", "type", "field", "joints", "fields", "scale", "offset", "qos"}
-    if not isinstance(value, dict):
-        raise _fail(key, f"expected a mapping with topic and type, got {value!r}")
-    if set(value) - allowed:
-        raise _fail(key, f"unknown key {sorted(set(value) - allowed)[0]!r}; allowed: {', '.join(sorted(allowed))}")
-    try:
-        topic = check_topic_name(value.get("topic"))
-        full = full_type_name(value.get("type", "std_msgs/Float64MultiArray"))
-    except MessageTypeError as error:
-        raise _fail(key, str(error)) from None
-    scale = _numbers(value.get("scale", 1.0), f"{key}.scale", "scale")
-    offset = _numbers(value.get("offset", 0.0), f"{key}.offset", "offset")
-    for name, number in (("scale", scale), ("offset", offset)):
-        if isinstance(number, np.ndarray) and number.size != action_dim:
-            raise _fail(f"{key}.{name}", f"{number.size} numbers for {action_dim} actions")
-    joints = _names(value.get("joints"), f"{key}.joints", "joints")
-    fields = _names(value.get("fields"), f"{key}.fields", "fields")
-    path = value.get("field", "")
-    if full == "std_msgs/msg/Float64MultiArray":
-        if joints or fields or path not in ("", "data"):
-            raise _fail(key, "a Float64MultiArray command carries the actions in data: no field, joints or fields")
-        path = "data"
-    elif full == "sensor_msgs/msg/JointState":
-        if path not in ("position", "velocity", "effort") or len(joints) != action_dim or fields:
-            raise _fail(key, f"a JointState command needs field (position, velocity or effort) and joints, one "
-                             f"name per action ({action_dim})")  # fmt: skip
-    elif full == "geometry_msgs/msg/Twist":
-        if len(fields) != action_dim or joints or path:
-            raise _fail(key, f"a Twist command needs fields, one dotted path per action ({action_dim}), e.g. "
-                             "[linear.x, angular.z]")  # fmt: skip
-        for name in fields:
-            try:
-                if numeric_size(full, name) != 1:
-                    raise MessageTypeError(f"Twist field {name!r} is not one number (use linear.x, angular.z...)")
-            except MessageTypeError as error:
-                raise _fail(f"{key}.fields", str(error)) from None
-    else:
-        raise _fail(f"{key}.type", "a command is a std_msgs/Float64MultiArray, sensor_msgs/JointState or "
-                                   "geometry_msgs/Twist")  # fmt: skip
-    qos = _qos(value.get("qos"), f"{key}.qos", Qos(*QOS_PROFILES["reliable"]))
-    return CommandMap(topic, full, path, joints, fields, scale, offset, qos)
-
-
-def parse_robot_map(section: dict | None, transport: str, obs_dim: int, action_dim: int) -> RobotMap:
+def parse_robot_map(
+    section: dict | None, transport: str, obs_dim: int, action_dim: int, robot: dict | None = None
+) -> RobotMap:
     """The checked map of a deploy config's ``robot`` section for ``transport`` (``ros2`` or ``zenoh``).
+
+    ``robot`` is the export sidecar's robot block (a robot from its description), which ``observation:
+    from_sidecar``, ``topics``, ``cmd_vel`` and ``command.targets`` read.
 
     Without a section, or with one that only sets transport options: robopt's simulated robot's topics
     (``/robopt/observation`` and ``/robopt/command``, both Float64MultiArray, as ``robopt sim-robot --ros2`` serves
@@ -307,30 +237,38 @@ def parse_robot_map(section: dict | None, transport: str, obs_dim: int, action_d
     section = dict(section or {})
     if "observation" not in section and "command" not in section:  # transport options only: sim-robot's topics
         section = {**DEFAULT_MAP, **section}
-    allowed = {"ros2", "zenoh", "qos", "stamps", "observation", "command"}
+    allowed = {"ros2", "zenoh", "qos", "stamps", "observation", "command", "topics", "cmd_vel"}
     if set(section) - allowed:
-        raise _fail(
-            "robot", f"unknown key {sorted(set(section) - allowed)[0]!r}; allowed: {', '.join(sorted(allowed))}"
-        )
+        raise fail("robot", f"unknown key {sorted(set(section) - allowed)[0]!r}; allowed: {', '.join(sorted(allowed))}")
     options = section.get(transport) or {}
     if not isinstance(options, dict):
-        raise _fail(f"robot.{transport}", f"expected a mapping of options, got {options!r}")
+        raise fail(f"robot.{transport}", f"expected a mapping of options, got {options!r}")
     stamps = section.get("stamps", "header")
     if stamps not in STAMPS:
-        raise _fail("robot.stamps", f"{stamps!r} is not allowed; allowed: {', '.join(STAMPS)}")
-    default_qos = _qos(section.get("qos"), "robot.qos", Qos(*QOS_PROFILES["sensor_data"]))
+        raise fail("robot.stamps", f"{stamps!r} is not allowed; allowed: {', '.join(STAMPS)}")
+    default_qos = qos_of(section.get("qos"), "robot.qos", Qos(*QOS_PROFILES["sensor_data"]))
     entries = section.get("observation")
+    if entries == "from_sidecar":
+        from robopt.sim2real.sidecar_map import observation_from_sidecar
+
+        entries = observation_from_sidecar(robot, section.get("topics"), section.get("cmd_vel"))
+    elif "topics" in section or "cmd_vel" in section:
+        key = "topics" if "topics" in section else "cmd_vel"
+        raise fail(f"robot.{key}", "goes with observation: from_sidecar (a hand-written map names its topics)")
     if not isinstance(entries, list) or not entries:
-        raise _fail("robot.observation", "expected a list of entries ({topic, type, field, ...})")
+        raise fail("robot.observation", "expected a list of entries ({topic, type, field, ...}) or from_sidecar")
     topics: dict[str, tuple[str, Qos]] = {}
-    observation = tuple(_selection(entry, i, topics, default_qos) for i, entry in enumerate(entries))
+    inputs: set[str] = set()
+    observation = tuple(
+        _selection(entry, i, topics, default_qos, action_dim, inputs) for i, entry in enumerate(entries)
+    )
     sizes = [s.size for s in observation]
     if all(size is not None for size in sizes) and sum(sizes) != obs_dim:
-        raise _fail("robot.observation", f"the entries give {sum(sizes)} numbers ({' + '.join(map(str, sizes))}) "
+        raise fail("robot.observation", f"the entries give {sum(sizes)} numbers ({' + '.join(map(str, sizes))}) "
                                          f"but the policy takes {obs_dim}")  # fmt: skip
-    command = _command(section.get("command"), action_dim)
+    command = parse_command(section.get("command"), action_dim, robot)
     if command.topic in topics:
-        raise _fail("robot.command.topic", f"{command.topic} is also an observation topic")
+        raise fail("robot.command.topic", f"{command.topic} is also an observation topic")
     return RobotMap(dict(topics), observation, command, stamps, dict(options))
 
 

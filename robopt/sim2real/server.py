@@ -292,6 +292,12 @@ def register(app: typer.Typer, fail: Callable[..., None]) -> None:
         connect: list[str] | None = typer.Option(None, "--connect", help="--zenoh: endpoint, e.g. tcp/127.0.0.1:7447"),
         listen: list[str] | None = typer.Option(None, "--listen", help="--zenoh: endpoint to listen on"),
         command_topic: str = typer.Option("/robopt/command", "--command-topic", help="--ros2/--zenoh: command topic"),
+        cmd_vel: str | None = typer.Option(
+            None,
+            "--cmd-vel",
+            help="--ros2/--zenoh, a robot from its description: score this Twist topic's velocity "
+            "command against the body's velocity (printed at the end)",
+        ),  # fmt: skip
     ) -> None:
         """Serve a simulated robot: over UDP (OBS out, ACTION in), or as ROS 2 topics (--ros2, --zenoh)."""
         from robopt.options import ConfigError
@@ -307,8 +313,11 @@ def register(app: typer.Typer, fail: Callable[..., None]) -> None:
                     peers=dds_peer or None, zenoh_options={"connect": connect or [], "listen": listen or []},
                     command_topic=command_topic, period=period, latency_ms=latency_ms, loss=loss, seed=seed,
                     duration=duration, episodes=episodes, command_timeout_ms=command_timeout_ms, log=typer.echo,
+                    cmd_vel_topic=cmd_vel,
                 )  # fmt: skip
                 return
+            if cmd_vel is not None:
+                raise ValueError("--cmd-vel is a topic: serve with --ros2 or --zenoh")
             if port is None:
                 raise ValueError("missing --port PORT (UDP), or --ros2 / --zenoh to serve topics")
             serve(

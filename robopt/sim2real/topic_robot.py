@@ -15,6 +15,11 @@ message, and dropped (the topic's previous good message stays, and ages); a topi
 message leaves ``read()`` at (None, nan), so the loop sends the safe action. One-line notices say what is wrong
 once (``take_notices()``: the deploy command prints them): a silent topic, an unknown joint with the names that
 exist, a command topic without a subscriber, a QoS mismatch.
+
+Two entries are not measurements: ``last_action`` is the action ``send`` got last (zero at start), and a command
+input (``/cmd_vel``) is clamped into its bounds when it arrives (``command_clamped``), held ``hold_s`` on this
+process's clock and zero before its first message and after that (one notice each time it goes quiet); neither
+dates the observation nor holds ``read()`` back. A ``targets`` command orders the values by the message's joints.
 """
 
 from __future__ import annotations
@@ -55,7 +60,10 @@ class TopicRobot:
         self.clock, self.wall_clock = clock, wall_clock
         self.episode_returns: list[float] = []
         self._counters = {"malformed": 0, "nonfinite": 0, "wrong_length": 0, "unknown_joint": 0, "waiting": 0,
-                          "send_failed": 0, "messages": 0}  # fmt: skip
+                          "send_failed": 0, "messages": 0, "command_clamped": 0, "command_quiet": 0}  # fmt: skip
+        self._measured = mapping.measured_topics
+        self._last_action = np.zeros(action_dim)  # [A] what send() got last
+        self._quiet: set[int] = set()  # command inputs that are zero now because their topic went quiet
         # topic -> the entries' vectors from its newest good message, and that message's measurement time
         self._latest: dict[str, tuple[dict[int, np.ndarray], float]] = {}
         self._entries: dict[str, list[tuple[int, Selection]]] = {}
@@ -94,6 +102,12 @@ class TopicRobot:
             return
         parts = {}
         for i, selection in self._entries.get(topic, ()):
+            if selection.kind == "command":  # clamped now, held and transformed at read time
+                part = self._command_input(selection, message)
+                if part is None:
+                    return
+                parts[i] = part
+                continue
             try:
                 part = self._select(selection, message)
             except (ValueError, KeyError, IndexError, TypeError, FloatingPointError):  # a hook that failed on it
@@ -107,6 +121,41 @@ class TopicRobot:
             parts[i] = part
         self._latest[topic] = (parts, self._measurement_time(message, received))
         self._counters["messages"] += 1
+
+    def _command_input(self, selection: Selection, message: dict) -> np.ndarray | None:
+        try:
+            raw = np.array([float(get_field(message, path)) for path in selection.fields])
+        except (ValueError, KeyError, TypeError):
+            self._counters["malformed"] += 1
+            return None
+        if not np.all(np.isfinite(raw)):
+            self._counters["nonfinite"] += 1
+            return None
+        clamped = np.clip(raw, selection.low, selection.high)
+        if not np.array_equal(clamped, raw):
+            self._counters["command_clamped"] += 1
+            self.notices.once(f"clamped:{selection.topic}", f"{selection.key}: {selection.topic} asked for "
+                              f"{raw.tolist()}, outside the trained range [{selection.low.tolist()}, "
+                              f"{selection.high.tolist()}]: clamped (counted command_clamped)")  # fmt: skip
+        return clamped
+
+    def _held_command(self, i: int, selection: Selection) -> np.ndarray:
+        """The command input's value now: its last message's within ``hold`` seconds of arrival, else zero."""
+        latest = self._latest.get(selection.topic)
+        now = self.clock()
+        if latest is not None and now - latest[1] <= selection.hold:
+            self._quiet.discard(i)
+            raw = latest[0][i]
+        else:
+            if latest is not None and i not in self._quiet:
+                self._quiet.add(i)
+                self._counters["command_quiet"] += 1
+                self.notices.once(f"quiet:{selection.topic}:{self._counters['command_quiet']}",
+                                  f"{selection.topic} quiet for {selection.hold:g} s: command zero until it "
+                                  "speaks again")  # fmt: skip
+            raw = np.zeros(len(selection.fields))
+        parts = [np.asarray(transform(raw), dtype=np.float64).reshape(-1) for transform in selection.transforms]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _select(self, selection: Selection, message: dict) -> np.ndarray | None:
         value = get_field(message, selection.field)
@@ -146,7 +195,7 @@ class TopicRobot:
         for topic, payload, received in arrived:  # in arrival order: the newest good message of a topic wins
             if topic in self.map.topics:
                 self._accept(topic, payload, received)
-        missing = [topic for topic in self.map.topics if topic not in self._latest]
+        missing = [topic for topic in self._measured if topic not in self._latest]
         if missing:
             self._counters["waiting"] += 1
             if self.clock() - self._start > SILENT_NOTICE_S:
@@ -156,6 +205,14 @@ class TopicRobot:
             return None, math.nan
         parts, oldest = [], math.inf
         for i, selection in enumerate(self.map.observation):
+            if selection.kind == "last_action":
+                transforms = selection.transforms
+                values = [np.asarray(t(self._last_action), dtype=np.float64).reshape(-1) for t in transforms]
+                parts.append(values[0] if len(values) == 1 else np.concatenate(values))
+                continue
+            if selection.kind == "command":
+                parts.append(self._held_command(i, selection))
+                continue
             vectors, measured = self._latest[selection.topic]
             parts.append(vectors[i])
             oldest = min(oldest, measured)
@@ -173,6 +230,8 @@ class TopicRobot:
         """The command message for ``action`` [A] (scale * action + offset in the map's field)."""
         command: CommandMap = self.map.command
         values = np.asarray(action, dtype=np.float64).reshape(-1) * command.scale + command.offset
+        if command.order:  # targets: the message lists the joints in its own order
+            values = values[list(command.order)]
         if command.type == "std_msgs/msg/Float64MultiArray":
             return {"data": values}
         if command.type == "sensor_msgs/msg/JointState":
@@ -187,6 +246,7 @@ class TopicRobot:
 
     def send(self, action: np.ndarray) -> None:
         try:
+            self._last_action = np.asarray(action, dtype=np.float64).reshape(-1).copy()
             payload = cdr.encode(self.map.command.type, self.command_message(action))
             ok = self.transport.publish(self.map.command.topic, payload)
         except Exception:

@@ -8,6 +8,9 @@ Every ``period`` the env steps with the latest command and the robot publishes w
     ``/robopt/observation``  std_msgs/Float64MultiArray, the observation vector (the default deploy map's input).
 and takes ``std_msgs/Float64MultiArray`` commands on ``--command-topic`` (``/robopt/command``; ros2_control's
 forward command controllers take the same message on ``/<controller>/commands``), clipped into the action bounds.
+A robot from its description (a config or run directory with ``env.id: robot``) publishes ``/joint_states`` by
+joint name, ``/imu`` and ``/odom`` instead and takes joint position targets in radians
+(``robopt.sim2real.robot_topics``); ``cmd_vel_topic`` scores a Twist command against its body velocity.
 
 As the UDP server (``robopt.sim2real.server``): it waits for the first command before it steps (publishing the
 reset observation every period, so a deploy runtime sees the robot and starts), every message in either direction
@@ -32,6 +35,7 @@ from robopt.sim2real.transport import Qos
 
 JOINT_STATES, OBSERVATION, COMMAND = "/joint_states", "/robopt/observation", "/robopt/command"
 JOINT_STATE, FLOAT64_ARRAY = "sensor_msgs/msg/JointState", "std_msgs/msg/Float64MultiArray"
+TWIST = "geometry_msgs/msg/Twist"
 
 
 def pendulum_joints(obs: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -76,6 +80,7 @@ class TopicSimRobotServer:
         seed: int = 0,
         command_timeout_ms: float | None = None,
         log: Callable[[str], None] | None = None,
+        cmd_vel_topic: str | None = None,
     ) -> None:
         from robopt.sim2real.ros_messages import check_topic_name
 
@@ -84,6 +89,8 @@ class TopicSimRobotServer:
         check_number("--latency-ms", latency_ms, 0.0)
         check_number("--loss", loss, 0.0, 0.999)
         check_topic_name(command_topic)
+        if cmd_vel_topic is not None:
+            check_topic_name(cmd_vel_topic)
         if transport not in ("ros2", "zenoh"):
             raise ValueError(f"transport must be ros2 or zenoh, got {transport!r}")
         self.log = log or (lambda line: print(line, flush=True))
@@ -93,14 +100,25 @@ class TopicSimRobotServer:
 
         self.env = make_sim_env(env_id)
         try:
+            from robopt.sim2real.robot_topics import RobotTopics, is_robot_env
+
+            self.view = RobotTopics(self.env) if is_robot_env(self.env) else None
+            if cmd_vel_topic is not None and self.view is None:
+                raise ValueError(f"--cmd-vel scores a velocity command on a robot from its description; {env_id} is "
+                                 "not one (give a config or run directory with env.id: robot)")  # fmt: skip
+            self.cmd_vel_topic = cmd_vel_topic
             self.period = env_period(self.env) if period is None else float(period)
             timeout = COMMAND_TIMEOUT_PERIODS * self.period if command_timeout_ms is None else command_timeout_ms / 1e3
             self.command_timeout = timeout
             self.low = self.env.action_low.cpu().numpy().astype(np.float64)
             self.high = self.env.action_high.cpu().numpy().astype(np.float64)
             subscriptions = {command_topic: (FLOAT64_ARRAY, Qos("reliable", 10))}
+            if cmd_vel_topic is not None:
+                subscriptions[cmd_vel_topic] = (TWIST, Qos("reliable", 10))
             publications = {JOINT_STATES: (JOINT_STATE, Qos("best_effort", 5)),
                             OBSERVATION: (FLOAT64_ARRAY, Qos("reliable", 10))}  # fmt: skip
+            if self.view is not None:
+                publications.update({t: (full, Qos("best_effort", 5)) for t, full in self.view.publications().items()})
             if transport == "ros2":
                 from robopt.sim2real.ros2 import DdsLink, check_domain_id
 
@@ -129,18 +147,23 @@ class TopicSimRobotServer:
 
     def ready_line(self) -> str:
         timeout = f"{self.command_timeout:g} s" if self.command_timeout > 0 else "off"
+        out = ", ".join([*(self.view.publications() if self.view else [JOINT_STATES]), OBSERVATION])
+        takes = " (joint position targets, rad)" if self.view is not None else ""
+        scored = f", scoring {self.cmd_vel_topic}" if self.cmd_vel_topic else ""
         return (
-            f"sim-robot: {self.env_id} on {self.where}, {JOINT_STATES} and {OBSERVATION} out, {self.command_topic} "
-            f"in, period {self.period:g} s, obs_dim {self.env.obs_dim}, action_dim {self.env.action_dim}, command "
-            f"timeout {timeout}; waiting for the first command"
+            f"sim-robot: {self.env_id} on {self.where}, {out} out, {self.command_topic}{takes} in{scored}, period "
+            f"{self.period:g} s, obs_dim {self.env.obs_dim}, action_dim {self.env.action_dim}, command timeout "
+            f"{timeout}; waiting for the first command"
         )
 
     def _publish(self, obs: np.ndarray) -> None:
         now_wall = time.time()
-        for topic, full, message in (
-            (JOINT_STATES, JOINT_STATE, joint_state(self.env_id, obs, now_wall)),
-            (OBSERVATION, FLOAT64_ARRAY, {"data": obs}),
-        ):
+        measured = (
+            self.view.messages(now_wall)
+            if self.view is not None
+            else [(JOINT_STATES, JOINT_STATE, joint_state(self.env_id, obs, now_wall))]
+        )
+        for topic, full, message in (*measured, (OBSERVATION, FLOAT64_ARRAY, {"data": obs})):
             if self.rng.random() < self.loss:
                 self.counters["lost_out"] += 1
                 continue
@@ -153,15 +176,24 @@ class TopicSimRobotServer:
             self.counters["sent" if self.link.publish(topic, payload) else "send_failed"] += 1
 
     def _receive(self, now: float) -> None:
-        for _, payload, _ in self.link.poll():
+        for topic, payload, _ in self.link.poll():
             if self.rng.random() < self.loss:
                 self.counters["lost_in"] += 1
                 continue
             self._n += 1
-            heapq.heappush(self._inbox, (now + self.latency, self._n, payload))
+            heapq.heappush(self._inbox, (now + self.latency, self._n, topic, payload))
         while self._inbox and self._inbox[0][0] <= now:
-            _, _, payload = heapq.heappop(self._inbox)
-            self._accept(payload)
+            _, _, topic, payload = heapq.heappop(self._inbox)
+            if topic == self.cmd_vel_topic:
+                self._accept_cmd_vel(payload)
+            else:
+                self._accept(payload)
+
+    def _accept_cmd_vel(self, payload: bytes) -> None:
+        try:
+            self.view.track(cdr.decode(TWIST, payload))
+        except cdr.CdrError:
+            self.counters["malformed"] += 1
 
     def _accept(self, payload: bytes) -> None:
         try:
@@ -169,6 +201,8 @@ class TopicSimRobotServer:
         except cdr.CdrError:
             self.counters["malformed"] += 1
             return
+        if self.view is not None and action.shape == (self.env.action_dim,):  # joint targets (rad) to the action
+            action = self.view.action(action)
         if action.shape != (self.env.action_dim,):
             self.counters["wrong_length"] += 1
             return
@@ -192,6 +226,8 @@ class TopicSimRobotServer:
             torch.as_tensor(self.action[None], dtype=torch.float32)
         )
         result.steps += 1
+        if self.view is not None:
+            self.view.step(self.env.dt, bool(terminated[0]))
         if bool(terminated[0] or truncated[0]):
             result.episode_returns.append(float(info["episode_return"][0]))
             result.episode_lengths.append(int(info["episode_length"][0]))
@@ -229,6 +265,11 @@ class TopicSimRobotServer:
         except KeyboardInterrupt:
             self.log("sim-robot: interrupted")
         result.counters = {**dict(self.counters), **{f"link.{k}": v for k, v in self.link.counters.items() if v}}
+        if self.view is not None and self.view.tracking:
+            t = self.view.tracking_summary()
+            self.log(f"sim-robot: tracking {self.cmd_vel_topic} over {t['steps']:.0f} steps: velocity error steady "
+                     f"{t['vel_steady']:.4f} / all {t['vel_all']:.4f} m/s, yaw-rate error steady {t['yaw_steady']:.4f}"
+                     f" / all {t['yaw_all']:.4f} rad/s, falls {t['falls']}")  # fmt: skip
         for notice in self.link.take_notices():
             self.log(f"sim-robot: {notice}")
         return result

@@ -4,6 +4,7 @@ the simulated robot built from the same config; every bad input of the issue is 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -130,3 +131,69 @@ def test_transfer_grid_of_a_robot_policy(exported, tmp_path) -> None:
     for source in (run_dir, out_dir):  # the torch policy of the run, and the exported ONNX policy
         result = evaluate_transfer(source, {"actuator_gain": [0.8, 1.2]}, episodes=2, out=tmp_path / source.name)
         assert result.returns.shape == (2, 2) and result.env_id == "robot"
+
+
+@pytest.mark.slow  # two processes over DDS: make test, not test-fast
+def test_the_quadruped_over_ros2_from_its_sidecar(exported, tmp_path, request) -> None:
+    """sim-robot serves the run's robot (/joint_states by name, /imu, /odom, joint targets in); the deploy runtime
+    builds its observation from the sidecar and a /cmd_vel that the robot also scores."""
+    pytest.importorskip("cyclonedds", reason="Cyclone DDS (the ros2 extra) carries the topics")
+    import subprocess
+    import sys
+    import threading
+    import zlib
+
+    import yaml
+
+    from robopt.sim2real import cdr
+    from robopt.sim2real.deploy import deploy
+    from robopt.sim2real.ros2 import DdsLink
+    from robopt.sim2real.transport import Qos
+
+    run_dir, out_dir = exported
+    domain = 1 + zlib.crc32(request.node.nodeid.encode()) % 200
+    unicast = ["--interface", "lo", "--dds-peer", "127.0.0.1"]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "robopt.sim2real.server", "sim-robot", str(run_dir), "--ros2", "--domain-id",
+         str(domain), *unicast, "--cmd-vel", "/cmd_vel", "--command-topic", "/joint_group_position_controller/commands",
+         "--duration", "30"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    stop = threading.Event()
+
+    def teleop() -> None:  # 2 m/s forward: beyond the trained 1 m/s, so the runtime clamps it
+        link = DdsLink({}, {"/cmd_vel": ("geometry_msgs/msg/Twist", Qos("reliable", 10))}, domain,
+                       interface="lo", peers=["127.0.0.1"])  # fmt: skip
+        payload = cdr.encode("geometry_msgs/msg/Twist", {"linear": {"x": 2.0}})
+        while not stop.is_set():
+            link.publish("/cmd_vel", payload)
+            stop.wait(0.05)
+        link.close()
+
+    publisher = threading.Thread(target=teleop, daemon=True)
+    try:
+        ready = server.stdout.readline()
+        assert "/joint_states, /imu, /odom, /robopt/observation out" in ready, ready + server.stdout.read()
+        assert "(joint position targets, rad) in, scoring /cmd_vel" in ready
+        config = yaml.safe_load((ROOT / "configs" / "deploy" / "quadruped_ros2.yaml").read_text())
+        config["robot"]["ros2"] = {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]}
+        config["estop_after"] = 0
+        path = tmp_path / "deploy.yaml"
+        path.write_text(yaml.safe_dump(config))
+        publisher.start()
+        summary = deploy(out_dir, "ros2://", duration=3.0, config_path=path, echo=lambda _: None)
+        stop.set()
+        server.send_signal(2)
+        output, _ = server.communicate(timeout=30)
+    finally:
+        stop.set()
+        server.kill()
+    counters = summary["counters"]
+    assert summary["ticks"] >= 60, summary  # 50 Hz for 3 s on an idle machine; a loaded one ticks late
+    assert counters["robot.unknown_joint"] == 0 and counters["robot.malformed"] == 0, counters
+    assert counters["robot.command_clamped"] >= 1, counters  # 2 m/s clamped into [-1, 1]
+    # discovery at the start; ticks late on a loaded machine see measurements past the 100 ms stale timeout
+    assert counters["stale"] <= summary["ticks"] // 4 and counters["robot.waiting"] <= 25, counters
+    steps = re.search(r"steps (\d+)", output)
+    assert steps and int(steps.group(1)) >= 100, output
+    assert re.search(r"tracking /cmd_vel over \d+ steps: velocity error steady", output), output
