@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from robopt.sim2real.ros_map_parts import fail, names_of, numbers_of, numeric_size, qos_of
+from robopt.sim2real.ros_map_parts import check_scalar_fields, fail, names_of, numbers_of, qos_of
 from robopt.sim2real.ros_messages import MessageTypeError, check_topic_name, full_type_name, short_type_name
 from robopt.sim2real.transport import QOS_PROFILES, Qos
 
@@ -100,12 +100,7 @@ def parse_command(value, action_dim: int, robot: dict | None = None) -> CommandM
         if len(fields) != action_dim or joints or path:
             raise fail(key, f"a Twist command needs fields, one dotted path per action ({action_dim}), e.g. "
                              "[linear.x, angular.z]")  # fmt: skip
-        for name in fields:
-            try:
-                if numeric_size(full, name) != 1:
-                    raise MessageTypeError(f"Twist field {name!r} is not one number (use linear.x, angular.z...)")
-            except MessageTypeError as error:
-                raise fail(f"{key}.fields", str(error)) from None
+        check_scalar_fields(full, fields, f"{key}.fields")
     else:
         raise fail(f"{key}.type", "a command is a std_msgs/Float64MultiArray, sensor_msgs/JointState or "
                                    "geometry_msgs/Twist")  # fmt: skip

@@ -50,6 +50,7 @@ from robopt.sim2real.ros_command import CommandMap, parse_command
 from robopt.sim2real.ros_fields import gravity_in_body  # noqa: F401  (re-exported: tests import it from here)
 from robopt.sim2real.ros_map_parts import (
     ELEMENT_TRANSFORMS,  # noqa: F401
+    check_scalar_fields,
     fail,
     indices_of,
     names_of,
@@ -153,12 +154,7 @@ def _special(entry: dict, i: int, topics: dict, inputs: set, action_dim: int) ->
     if not fields:
         raise fail(f"{key}.fields", f"missing: one dotted path of {short_type_name(full)} per command value, e.g. "
                                      "[linear.x, linear.y, angular.z]")  # fmt: skip
-    for name in fields:
-        try:
-            if numeric_size(full, name) != 1:
-                raise MessageTypeError(f"{short_type_name(full)} field {name!r} is not one number")
-        except MessageTypeError as error:
-            raise fail(f"{key}.fields", str(error)) from None
+    check_scalar_fields(full, fields, f"{key}.fields")
     hold = entry.get("hold_s", 0.5)
     if isinstance(hold, bool) or not isinstance(hold, (int, float)) or not 0 < hold < math.inf:
         raise fail(f"{key}.hold_s", f"must be a number of seconds > 0, got {hold!r}")

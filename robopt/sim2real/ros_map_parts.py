@@ -151,3 +151,13 @@ def transforms_of(raw, key: str, path: str, size: int | None) -> tuple[tuple[Cal
         part = out_size(size)
         out = None if part is None or out is None else out + part
     return tuple(transforms), out
+
+
+def check_scalar_fields(full: str, fields: tuple[str, ...], key: str) -> None:
+    """Each dotted path in ``fields`` is one number of message type ``full``; ConfigError naming ``key``."""
+    for name in fields:
+        try:
+            if numeric_size(full, name) != 1:
+                raise MessageTypeError(f"{short_type_name(full)} field {name!r} is not one number (e.g. linear.x)")
+        except MessageTypeError as error:
+            raise fail(key, str(error)) from None

@@ -134,84 +134,39 @@ def test_joint_targets_go_out_by_name_within_the_joint_ranges(walked):
     assert np.allclose(low, ranges[:, 0], atol=1e-6) and np.allclose(high, ranges[:, 1], atol=1e-6)
 
 
+def targets(joints=None, **command) -> dict:
+    """A from_sidecar section whose command sends joint_position targets (``joints`` in the message's order)."""
+    base = {"topic": TARGETS, "type": "std_msgs/Float64MultiArray", "targets": "joint_position"}
+    return section(command={**base, **({"joints": joints} if joints is not None else {}), **command})
+
+
+def with_terms(block: dict, terms: list, **observation) -> dict:
+    return {**block, "observation": {**block["observation"], "terms": terms, **observation}}
+
+
 def test_bad_maps_are_one_line(walked):
     _, _, block = walked
-    no_command = {**block, "observation": {**block["observation"], "terms": [
-        t for t in block["observation"]["terms"] if t["name"] != "velocity_command"]}}  # fmt: skip
-    feet = {
-        **block,
-        "observation": {
-            **block["observation"],
-            "terms": [
-                *block["observation"]["terms"],
-                {"name": "feet_contact", "size": 4, "scale": [1.0] * 4, "clip": None},
-            ],
-        },
-    }
-    history = {**block, "observation": {**block["observation"], "history": 3}}
+    terms = block["observation"]["terms"]
+    no_command = with_terms(block, [t for t in terms if t["name"] != "velocity_command"])
+    feet = with_terms(block, [*terms, {"name": "feet_contact", "size": 4, "scale": [1.0] * 4, "clip": None}])
+    hand_written = [{"topic": "/a", "type": "std_msgs/Float64MultiArray", "field": "data"}]
+    # fmt: off
     cases = [
         (block, section(cmd_vel={"ranges": {"lin_vel_x": [-2.0, 2.0]}}), 48, "is wider than the trained [-1.0, 1.0]"),
         (no_command, section(cmd_vel={}), 45, "this policy has no velocity command input"),
-        (
-            block,
-            section(
-                command={
-                    "topic": TARGETS,
-                    "type": "std_msgs/Float64MultiArray",
-                    "targets": "joint_position",
-                    "joints": ["FR_hip_joint", "tail_joint"],
-                }
-            ),
-            48,  # fmt: skip
-            "'tail_joint' is not a joint of the policy; its joints are: FR_hip_joint",
-        ),
-        (
-            block,
-            section(
-                command={
-                    "topic": TARGETS,
-                    "type": "std_msgs/Float64MultiArray",
-                    "targets": "joint_position",
-                    "joints": block["joint_names"][:11],
-                }
-            ),
-            48,
-            "RL_calf_joint missing",
-        ),  # fmt: skip
-        (
-            block,
-            section(command={"topic": "/cmd", "type": "geometry_msgs/Twist", "targets": "joint_position"}),
-            48,
-            "Twist cannot carry joint positions",
-        ),
-        (
-            block,
-            section(
-                command={
-                    "topic": "/cmd",
-                    "type": "sensor_msgs/JointState",
-                    "field": "effort",
-                    "targets": "joint_position",
-                }
-            ),
-            48,
-            "go in a JointState's position, not 'effort'",
-        ),
+        (block, targets(["FR_hip_joint", "tail_joint"]), 48,
+         "'tail_joint' is not a joint of the policy; its joints are: FR_hip_joint"),
+        (block, targets(block["joint_names"][:11]), 48, "RL_calf_joint missing"),
+        (block, targets(type="geometry_msgs/Twist"), 48, "Twist cannot carry joint positions"),
+        (block, targets(type="sensor_msgs/JointState", field="effort"), 48, "JointState's position, not 'effort'"),
         (feet, section(), 52, "the policy's term 'feet_contact' has no ROS 2 source"),
-        (history, section(), 144, "does not keep observation windows yet"),
+        (with_terms(block, terms, history=3), section(), 144, "does not keep observation windows yet"),
         (None, section(), 48, "from_sidecar needs a policy of a robot from its description"),
         (block, section(topics={"lidar": "/scan"}), 48, "robot.topics: unknown key 'lidar'"),
-        (
-            block,
-            {
-                **section(),
-                "observation": [{"topic": "/a", "type": "std_msgs/Float64MultiArray", "field": "data"}],
-                "topics": {"imu": "/imu"},
-            },
-            48,
-            "robot.topics: goes with observation: from_sidecar",
-        ),  # fmt: skip
+        (block, section(observation=hand_written, topics={"imu": "/imu"}), 48,
+         "robot.topics: goes with observation: from_sidecar"),
     ]
+    # fmt: on
     for robot_block, sec, obs_dim, message in cases:
         with pytest.raises(ConfigError) as error:
             parse_robot_map(sec, "ros2", obs_dim, 12, robot_block)
