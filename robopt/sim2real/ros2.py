@@ -77,6 +77,7 @@ class RawPayload(bytes):
 
 _RAW_TYPES: dict[str, type] = {}
 _DOMAINS: dict[int, list] = {}  # domain id -> [Domain, users]: one configured Domain per process and id
+_DOMAINS_LOCK = threading.Lock()  # links opened from two threads (a teleop beside the deploy loop) share one Domain
 
 
 def _acquire_domain(domain_id: int, config: str | None):
@@ -84,19 +85,21 @@ def _acquire_domain(domain_id: int, config: str | None):
 
     if config is None:
         return None
-    entry = _DOMAINS.get(domain_id)
-    if entry is None:
-        entry = _DOMAINS[domain_id] = [Domain(domain_id, config), 0]
-    entry[1] += 1
+    with _DOMAINS_LOCK:
+        entry = _DOMAINS.get(domain_id)
+        if entry is None:
+            entry = _DOMAINS[domain_id] = [Domain(domain_id, config), 0]
+        entry[1] += 1
     return domain_id
 
 
 def _release_domain(domain_id: int | None) -> None:
-    entry = _DOMAINS.get(domain_id) if domain_id is not None else None
-    if entry is not None:
-        entry[1] -= 1
-        if entry[1] <= 0:
-            del _DOMAINS[domain_id]
+    with _DOMAINS_LOCK:
+        entry = _DOMAINS.get(domain_id) if domain_id is not None else None
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del _DOMAINS[domain_id]
 
 
 def raw_type(full: str):
