@@ -133,11 +133,13 @@ def test_transfer_grid_of_a_robot_policy(exported, tmp_path) -> None:
         assert result.returns.shape == (2, 2) and result.env_id == "robot"
 
 
-@pytest.mark.slow  # two processes over DDS: make test, not test-fast
-def test_the_quadruped_over_ros2_from_its_sidecar(exported, tmp_path, request) -> None:
+@pytest.mark.slow  # two processes over DDS or Zenoh: make test, not test-fast
+@pytest.mark.parametrize("kind", ["ros2", "zenoh"])
+def test_the_quadruped_over_topics_from_its_sidecar(exported, tmp_path, request, kind) -> None:
     """sim-robot serves the run's robot (/joint_states by name, /imu, /odom, joint targets in); the deploy runtime
     builds its observation from the sidecar and a /cmd_vel that the robot also scores."""
-    pytest.importorskip("cyclonedds", reason="Cyclone DDS (the ros2 extra) carries the topics")
+    pytest.importorskip("cyclonedds" if kind == "ros2" else "zenoh", reason=f"the {kind} extra carries the topics")
+    import socket
     import subprocess
     import sys
     import threading
@@ -147,23 +149,34 @@ def test_the_quadruped_over_ros2_from_its_sidecar(exported, tmp_path, request) -
 
     from robopt.sim2real import cdr
     from robopt.sim2real.deploy import deploy
-    from robopt.sim2real.ros2 import DdsLink
     from robopt.sim2real.transport import Qos
 
     run_dir, out_dir = exported
-    domain = 1 + zlib.crc32(request.node.nodeid.encode()) % 200
-    unicast = ["--interface", "lo", "--dds-peer", "127.0.0.1"]
+    twist = {"/cmd_vel": ("geometry_msgs/msg/Twist", Qos("reliable", 10))}
+    if kind == "ros2":
+        from robopt.sim2real.ros2 import DdsLink
+
+        domain = 1 + zlib.crc32(request.node.nodeid.encode()) % 200
+        served = ["--ros2", "--domain-id", str(domain), "--interface", "lo", "--dds-peer", "127.0.0.1"]
+        spec, transport = "ros2://", {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]}
+        open_link = lambda: DdsLink({}, twist, domain, interface="lo", peers=["127.0.0.1"])  # noqa: E731
+    else:
+        from robopt.sim2real.zenoh_link import ZenohLink
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            endpoint = f"tcp/127.0.0.1:{probe.getsockname()[1]}"
+        served, spec, transport = ["--zenoh", "--listen", endpoint], f"zenoh://{endpoint}", {"multicast": False}
+        open_link = lambda: ZenohLink({}, twist, {"connect": [endpoint], "multicast": False})  # noqa: E731
     server = subprocess.Popen(
-        [sys.executable, "-m", "robopt.sim2real.server", "sim-robot", str(run_dir), "--ros2", "--domain-id",
-         str(domain), *unicast, "--cmd-vel", "/cmd_vel", "--command-topic", "/joint_group_position_controller/commands",
-         "--duration", "30"],
+        [sys.executable, "-m", "robopt.sim2real.server", "sim-robot", str(run_dir), *served, "--cmd-vel", "/cmd_vel",
+         "--command-topic", "/joint_group_position_controller/commands", "--duration", "30"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     stop = threading.Event()
 
     def teleop() -> None:  # 2 m/s forward: beyond the trained 1 m/s, so the runtime clamps it
-        link = DdsLink({}, {"/cmd_vel": ("geometry_msgs/msg/Twist", Qos("reliable", 10))}, domain,
-                       interface="lo", peers=["127.0.0.1"])  # fmt: skip
+        link = open_link()
         payload = cdr.encode("geometry_msgs/msg/Twist", {"linear": {"x": 2.0}})
         while not stop.is_set():
             link.publish("/cmd_vel", payload)
@@ -176,12 +189,13 @@ def test_the_quadruped_over_ros2_from_its_sidecar(exported, tmp_path, request) -
         assert "/joint_states, /imu, /odom, /robopt/observation out" in ready, ready + server.stdout.read()
         assert "(joint position targets, rad) in, scoring /cmd_vel" in ready
         config = yaml.safe_load((ROOT / "configs" / "deploy" / "quadruped_ros2.yaml").read_text())
-        config["robot"]["ros2"] = {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]}
+        config["robot"].pop("ros2")
+        config["robot"][kind] = transport
         config["estop_after"] = 0
         path = tmp_path / "deploy.yaml"
         path.write_text(yaml.safe_dump(config))
         publisher.start()
-        summary = deploy(out_dir, "ros2://", duration=3.0, config_path=path, echo=lambda _: None)
+        summary = deploy(out_dir, spec, duration=3.0, config_path=path, echo=lambda _: None)
         stop.set()
         server.send_signal(2)
         output, _ = server.communicate(timeout=30)
