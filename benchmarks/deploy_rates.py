@@ -71,8 +71,8 @@ def run_cell(export_dir: Path, transport: str, rate: int, seconds: float, pin: d
     from robopt.sim2real.deploy import deploy
 
     period = 1.0 / rate
-    server_cmd = [sys.executable, "-m", "robopt.sim2real.server", "sim-robot", "Pendulum-v1", "--period", str(period),
-                  "--duration", str(seconds + 8), "--command-timeout-ms", "0"]  # fmt: skip
+    server_cmd = [sys.executable, "-m", "robopt.sim2real.sim_robot_cli", "sim-robot", "Pendulum-v1", "--period",
+                  str(period), "--duration", str(seconds + 8), "--command-timeout-ms", "0"]  # fmt: skip
     robot_section: dict = {}
     if transport == "udp":
         port = free_port()

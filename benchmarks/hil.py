@@ -43,8 +43,8 @@ def udp_returns(export_dir: Path, env_id: str, episodes: int, seed: int, period:
                 config: Path | None) -> tuple[list[float], dict]:  # fmt: skip
     from robopt.sim2real.deploy import deploy
 
-    command = [sys.executable, "-m", "robopt.sim2real.server", "sim-robot", env_id, "--port", "0", "--seed", str(seed),
-               "--episodes", str(episodes), *options]  # fmt: skip
+    command = [sys.executable, "-m", "robopt.sim2real.sim_robot_cli", "sim-robot", env_id, "--port", "0", "--seed",
+               str(seed), "--episodes", str(episodes), *options]  # fmt: skip
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for line in server.stdout:

@@ -35,7 +35,6 @@ COMMANDS = [  # (vx, vy, yaw rate): forward, back, sideways, turning, combined, 
     (0.8, 0.0, 0.0), (-0.6, 0.0, 0.0), (0.0, 0.4, 0.0), (0.0, 0.0, 0.8),
     (0.5, -0.3, -0.5), (1.0, 0.0, 0.5), (0.0, 0.0, 0.0), (-0.4, 0.3, 0.0),
 ]  # fmt: skip
-SETTLE_S = 1.0
 
 
 def long_config(run_dir: Path, scratch: Path) -> Path:
@@ -53,40 +52,29 @@ def long_config(run_dir: Path, scratch: Path) -> Path:
 
 
 def in_process(config: Path, export_dir: Path, segment_s: float) -> dict:
-    """The ONNX policy on the env in this process, its command set from the script each step."""
+    """The ONNX policy on the env in this process, its command set from the script each step, scored as the
+    simulated robot scores /cmd_vel (``RobotTopics.track``/``step``)."""
     import torch
 
     from robopt.build import build_env
-    from robopt.envs.robot.signals import Signals
     from robopt.experiment import load_config
     from robopt.sim2real.model import load_export
+    from robopt.sim2real.robot_topics import RobotTopics
 
     _, policy = load_export(export_dir)
     env = build_env(load_config(config), num_envs=1)
-    task = env.task
+    task, score = env.task, RobotTopics(env)
     obs = env.reset(seed=0)[0].numpy()
-    sums = dict.fromkeys(("vel_all", "yaw_all", "vel_steady", "yaw_steady", "all", "steady"), 0.0)
-    falls, steps_per_segment = 0, round(segment_s / env.dt)
-    for command in COMMANDS:
-        for step in range(steps_per_segment):
-            task.context.command[:] = torch.tensor(command, dtype=task.context.command.dtype)
+    for vx, vy, wz in COMMANDS:
+        score.track({"linear": {"x": vx, "y": vy}, "angular": {"z": wz}})
+        for _ in range(round(segment_s / env.dt)):
+            task.context.command[:] = torch.tensor((vx, vy, wz), dtype=task.context.command.dtype)
             action = policy(np.asarray(obs, dtype=np.float32))  # [A], deterministic (the export's mean)
             obs, _, terminated, _, _ = env.step(torch.as_tensor(action[None], dtype=torch.float32))
             obs = obs[0].numpy()
-            if bool(terminated[0]):
-                falls += 1
-                continue
-            s = Signals(env.physics.state(), task.robot, task.context)
-            vel = float(np.linalg.norm(np.asarray(command[:2]) - s.base_lin_vel[0, :2].double().numpy()))
-            yaw = abs(command[2] - float(s.base_ang_vel[0, 2]))
-            for key in ("all", "steady") if (step + 1) * env.dt > SETTLE_S else ("all",):
-                sums[key] += 1
-                sums[f"vel_{key}"] += vel
-                sums[f"yaw_{key}"] += yaw
+            score.step(env.dt, bool(terminated[0]))
     env.close()
-    return {"vel_steady": sums["vel_steady"] / sums["steady"], "vel_all": sums["vel_all"] / sums["all"],
-            "yaw_steady": sums["yaw_steady"] / sums["steady"], "yaw_all": sums["yaw_all"] / sums["all"],
-            "falls": falls, "steps": sums["all"]}  # fmt: skip
+    return score.tracking_summary()
 
 
 def publish_commands(domain: int, segment_s: float, stop: threading.Event) -> None:
@@ -115,7 +103,7 @@ def over_ros2(config: Path, export_dir: Path, segment_s: float, latency_ms: floa
     domain = 1 + zlib.crc32(f"legged{time.time()}".encode()) % 200
     seconds = segment_s * len(COMMANDS)
     server = subprocess.Popen(
-        [sys.executable, "-m", "robopt.sim2real.server", "sim-robot", str(config), "--ros2", "--domain-id",
+        [sys.executable, "-m", "robopt.sim2real.sim_robot_cli", "sim-robot", str(config), "--ros2", "--domain-id",
          str(domain), "--interface", "lo", "--dds-peer", "127.0.0.1", "--latency-ms", str(latency_ms), "--loss",
          str(loss), "--cmd-vel", "/cmd_vel", "--command-topic", "/joint_group_position_controller/commands",
          "--duration", str(seconds + 15)],

@@ -262,7 +262,7 @@ def list_registered() -> None:
 SIM2REAL_COMMAND_MODULES = (
     "robopt.sim2real.export",
     "robopt.sim2real.deploy",
-    "robopt.sim2real.server",
+    "robopt.sim2real.sim_robot_cli",
     "robopt.sim2real.evaluate",
 )
 

@@ -34,6 +34,7 @@ MODULES = [
     "robopt/sim2real/deploy_config.py",
     "robopt/sim2real/model.py",
     "robopt/sim2real/network.py",
+    "robopt/sim2real/pacing.py",
     "robopt/sim2real/protocol.py",
     "robopt/sim2real/robots.py",
     "robopt/sim2real/ros_command.py",

@@ -101,24 +101,23 @@ def format_status(status: dict) -> str:
 
 def format_summary(summary: dict) -> str:
     """The final report, several lines."""
+    counters, lowest = summary["counters"], summary["lowest_rate_hz"]
+    timing = (
+        f"timing: period {summary['period_hz']:.1f} Hz, lowest 1-s rate "
+        + (f"{lowest:.1f} Hz" if math.isfinite(lowest) else "n/a (under a second)")
+        + f", late ticks {counters['late_ticks']}, skipped {counters['skipped_ticks']}, missed deadlines "
+        f"{counters['missed_deadline']}, stamp faults {counters['stamp_faults']} (future {counters['stamp_future']}, "
+        f"backward {counters['stamp_backward']}, invalid {counters['stamp_invalid']})"
+    )
     lines = [
         f"ticks: {summary['ticks']} in {summary['seconds']:.2f} s ({summary['rate_hz']:.1f} Hz)"
         + ("  (stopped by Ctrl-C)" if summary["interrupted"] else ""),
+        timing,
         f"tick latency (read to send): p50 {summary['compute_p50_us']:.0f} us, p99 {summary['compute_p99_us']:.0f} us;"
         f" policy call (median at start) {summary['policy_median_us']:.0f} us",
-        "counters: " + ", ".join(f"{k}={v}" for k, v in summary["counters"].items()),
+        "counters: " + ", ".join(f"{k}={v}" for k, v in counters.items()),
     ]
-    counters = summary["counters"]
-    if "late_ticks" in counters:
-        lowest = summary.get("lowest_rate_hz", math.nan)
-        lines.insert(1, (
-            f"timing: period {summary['period_hz']:.1f} Hz, lowest 1-s rate "
-            + (f"{lowest:.1f} Hz" if math.isfinite(lowest) else "n/a (under a second)")
-            + f", late ticks {counters['late_ticks']}, skipped {counters['skipped_ticks']}, missed deadlines "
-            f"{counters['missed_deadline']}, stamp faults {counters['stamp_faults']} (future "
-            f"{counters['stamp_future']}, backward {counters['stamp_backward']}, invalid {counters['stamp_invalid']})"
-        ))  # fmt: skip
-    lines += [f"loop: {notice}" for notice in summary.get("notices", ())]
+    lines += [f"loop: {notice}" for notice in summary["notices"]]
     if summary["estopped"]:
         lines.append("e-stop: LATCHED")
     if summary["episode_returns"]:

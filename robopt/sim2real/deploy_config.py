@@ -24,7 +24,6 @@ from robopt.sim2real.safety import SafetyLayer
 from robopt.sim2real.sidecar import DeployError, Sidecar
 
 MAX_LOG_CAPACITY = 10_000_000  # ticks; 64 bytes each with six actions: 0.64 GB
-STOP_SECONDS = 2.0  # ``stop()`` ramps the safe action for at most this long
 
 
 @dataclass(frozen=True)

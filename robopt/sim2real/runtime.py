@@ -7,7 +7,7 @@ Torch-free (numpy, onnxruntime, pyyaml). Shapes: D obs dim, A action dim, H acti
     check_log_path   a tick log path that can be written, checked before the loop starts
 It exports what it defines. OnnxPolicy, verify_parity, load_export, ChunkedPolicy and median_call_seconds live in
 ``model.py``; DeployConfig, load_deploy_config, build_safety and check_log_path in ``deploy_config.py``; the safety
-layer in ``safety.py``; the tick log in ``tick_log.py``.
+layer in ``safety.py``; the tick log in ``tick_log.py``; the tick schedule in ``pacing.py``.
 """
 
 from __future__ import annotations
@@ -27,42 +27,27 @@ from robopt.sim2real.model import (
     median_call_seconds,
     verify_parity,  # noqa: F401
 )
+from robopt.sim2real.pacing import Pacer
 from robopt.sim2real.sidecar import DeployError, Sidecar
 from robopt.sim2real.stamps import Stamps
 from robopt.sim2real.tick_log import TickLog
 
-__all__ = ["LATE_SHARE", "LOOK_SHARE", "POLL_S", "STOP_SECONDS", "WAIT_SHARE", "ControlLoop"]
+__all__ = ["STOP_SECONDS", "ControlLoop"]
 
 STOP_SECONDS = 2.0  # ``stop()`` ramps the safe action for at most this long
-LOOK_SHARE = 0.5  # tick_on: measurement: look for a new measurement from this share of a period before a tick...
-WAIT_SHARE = 0.25  # ...and wait for one at most this share of a period past it
-POLL_S = 0.0005  # tick_on: measurement: seconds between looks for a new observation
-RELOCK_AFTER = 3  # tick_on: measurement: after this many ticks in a row on measurements that came early, skip one
-LATE_SHARE = 0.1  # a tick that starts more than this share of a period after it was due is late
-JITTER_SHARE = 0.05  # tick_on: measurement: a tick this share of a period after its earliest time keeps the grid
 
 
 class ControlLoop:
     """Runs ``policy`` on ``robot`` every period behind a SafetyLayer; owns the robot (``close`` closes it).
 
     Each tick: read the latest observation, ``SafetyLayer.tick``, send, log. Ticks are paced with
-    ``time.perf_counter``; the loop never ticks faster than its period, whatever the robot sends or stamps:
-    - ``tick_on: clock``: sleep to each deadline of a fixed schedule. A tick that starts more than LATE_SHARE of a
-      period after its deadline counts ``late_ticks`` and the schedule restarts from it: no burst of catch-up
-      ticks (``skipped_ticks``: the whole periods all late ticks lost together). A tick that ends past the next
-      deadline counts ``missed_deadline``.
-    - ``tick_on: measurement`` ticks in phase with the robot: from half a period after the last tick it looks every
-      0.5 ms for a measurement other than the last tick's (any other stamp, so a robot clock that jumps or restarts
-      never stalls it) and ticks when one arrives, but never sooner than a period after the last tick (less
-      JITTER_SHARE of a period where that tick overshot its own earliest time: no faster on average), nor later
-      than 1.25 periods (without one: the stale check decides). A measurement already waiting when it starts to look
-      came half a period or more before the tick: it ticks on it at the earliest, but after RELOCK_AFTER such ticks
-      in a row (a lag that persists: the start, a late packet that shifted the phase) it waits for the next one,
-      which brings the loop back in phase at the cost of one longer interval. A burst of measurements cannot make
-      it tick sooner; a tick acts on a measurement as old as the link's latency rather than up to a period older.
-    A new measurement whose stamp is not a finite number, lies more than a period ahead of ``clock`` or goes back
-    from the previous one counts ``stamp_faults`` (and the kind, ``stamp_future``/``stamp_backward``/
-    ``stamp_invalid``); the safety layer decides what the tick sends. A tick whose read-to-send time exceeds the
+    ``time.perf_counter`` by a ``Pacer`` (``pacing.py``): the loop never ticks faster than its period, whatever the
+    robot sends or stamps; ``tick_on: clock`` keeps a fixed schedule, ``tick_on: measurement`` ticks in phase with
+    the robot's measurements, so a tick acts on a measurement as old as the link's latency rather than up to a
+    period older; late and skipped ticks and missed deadlines are counted. A new measurement whose stamp is not a
+    finite number, lies more than a period ahead of ``clock`` or goes back from the previous one counts
+    ``stamp_faults`` (and the kind, ``stamp_future``/``stamp_backward``/``stamp_invalid``; ``stamps.py``); the
+    safety layer decides what the tick sends. A tick whose read-to-send time exceeds the
     watchdog is flagged WATCHDOG and counts as a fault. ``realtime=False`` does not sleep and calls the robot's
     ``step_sync()`` after each tick (a SimRobot on its virtual clock: pass ``clock=robot.clock``), so with no
     delays tick t sees the observation after t env steps and its action drives step t + 1.
@@ -116,16 +101,15 @@ class ControlLoop:
         self.log = TickLog(config.log_capacity, sidecar.action_dim)
         self.counters = {"missed_deadline": 0, "late_ticks": 0, "skipped_ticks": 0, "low_rate_seconds": 0,
                          "robot_error": 0, "stop_ticks": 0}  # fmt: skip
-        self.stamps = Stamps(future_tolerance=self.period)  # which measurement is new; stamp faults
+        self.notices: list[str] = []  # one-line reports not yet shown by ``status`` (the stamps' too)
+        self.stamps = Stamps(self.safety.future_tolerance, self.notices)  # which measurement is new; stamp faults
+        self.in_phase = config.tick_on == "measurement"
+        self.pacer = Pacer(self.period, self.in_phase, self.counters, self._stamp_now, self.stamps.is_new)
         self.ticks, self.interrupted, self.seconds = 0, False, 0.0
         self._start: float | None = None
         self._status_time, self._status_ticks, self._window = 0.0, 0, []
-        self._last_age, self._closed, self._deadline = math.nan, False, time.perf_counter()
+        self._last_age, self._closed = math.nan, False
         self._stopped, self._estop_by_stop = False, False
-        self.in_phase = config.tick_on == "measurement"
-        self._lost_seconds = 0.0  # time late ticks lost to the schedule (skipped_ticks: whole periods of it)
-        self._early_streak = 0  # ticks in a row on measurements that were waiting before the loop looked
-        self.notices: list[str] = []  # one-line reports not yet shown by ``status``
         self._scheduling = None
         self.lowest_rate_hz = math.inf
 
@@ -144,10 +128,8 @@ class ControlLoop:
 
             self._scheduling = apply_scheduling(self.config.cpu_affinity, self.config.realtime_priority)
             self.notices += self._scheduling.notes
-        period = self.period
-        start = wake = earliest = due = time.perf_counter()  # the next tick: look from wake, tick from earliest,
-        if self.in_phase:  # late past due; the first waits up to that long for a measurement
-            due += WAIT_SHARE * self.period
+        pacer = self.pacer
+        start = pacer.start()
         if self._start is None:
             self._start = self.clock()
         self._status_time, self._status_ticks = self.clock(), self.ticks  # a pause between runs is not a slow second
@@ -155,34 +137,15 @@ class ControlLoop:
         try:
             while ticks is None or done < ticks:
                 if self.realtime:
-                    if duration is not None and earliest - start >= duration - 1e-9:  # next tick past the end
+                    if duration is not None and pacer.earliest - start >= duration - 1e-9:  # next tick past the end
                         break
-                    wait = wake - time.perf_counter()
-                    if wait > 0:
-                        time.sleep(wait)
-                    if self.in_phase:
-                        self._await_measurement(earliest, due)
-                tick_start = time.perf_counter()
-                if self.realtime:
-                    lateness = tick_start - due
-                    if lateness > LATE_SHARE * period:  # a stall (GC, scheduler, a slow robot read)
-                        self.counters["late_ticks"] += 1
-                        self._lost_seconds += lateness  # the schedule restarts: the time is lost for good
-                        self.counters["skipped_ticks"] = int(self._lost_seconds // period)
+                    tick_start = pacer.wait()
                 self._tick()
                 done += 1
                 if step_sync is not None:  # virtual time: the world moves one period between ticks
                     step_sync()
                 if self.realtime:
-                    if self.in_phase:  # a period after this tick at the earliest, in phase with the robot; a tick
-                        # close to its earliest time keeps the grid (sleep overshoot does not add up into a lag)
-                        earliest = max(earliest + period, tick_start + (1.0 - JITTER_SHARE) * period)
-                        wake, due = earliest - LOOK_SHARE * period, earliest + WAIT_SHARE * period
-                    else:  # the fixed schedule; restarted from a late tick (no catch-up burst)
-                        wake = earliest = due = (tick_start if tick_start - due > LATE_SHARE * period else due) + period
-                    if time.perf_counter() > tick_start + period:
-                        self.counters["missed_deadline"] += 1
-                self._deadline = earliest
+                    pacer.ticked(tick_start)
                 self._maybe_status()
         except KeyboardInterrupt:
             interrupted = True
@@ -208,7 +171,7 @@ class ControlLoop:
         delta = self.safety.max_action_delta
         needed = 1 if delta is None else max(1, math.ceil(float((gap / delta).max(initial=0.0))))
         step_sync = None if self.realtime else getattr(self.robot, "step_sync", None)
-        start, deadline, sent = time.perf_counter(), self._deadline, 0
+        start, deadline, sent = time.perf_counter(), self.pacer.earliest, 0
         try:
             while sent < min(needed, max(1, math.ceil(max_seconds / self.period))):
                 wait = deadline - time.perf_counter()
@@ -225,31 +188,8 @@ class ControlLoop:
         self.seconds += time.perf_counter() - start
         return sent
 
-    def _await_measurement(self, earliest: float, limit: float) -> None:
-        """Wait for a measurement to arrive while looking (one already waiting came early: the next one), then
-        until ``earliest``; or until ``limit``."""
-        waiting = self._stamp_now()
-        skip = None
-        if waiting is not None and self.stamps.is_new(waiting):  # it came before the loop looked
-            self._early_streak += 1
-            if self._early_streak < RELOCK_AFTER:
-                if (wait := earliest - time.perf_counter()) > 0:
-                    time.sleep(wait)
-                return
-            skip, self._early_streak = waiting, 0  # the phase lags: wait for the next measurement to relock
-        else:
-            self._early_streak = 0
-        while (now := time.perf_counter()) < limit:
-            stamp = self._stamp_now()
-            if stamp is None:  # a broken link or a timestamp that is not a number: the tick counts it
-                return
-            if self.stamps.is_new(stamp) and stamp != skip:
-                if now < earliest:
-                    time.sleep(earliest - now)
-                return
-            time.sleep(POLL_S)
-
     def _stamp_now(self) -> float | None:
+        """The robot's latest measurement's stamp; None when the link or the stamp is broken."""
         try:
             return float(self.robot.read()[1])
         except Exception:  # noqa: BLE001
@@ -305,8 +245,8 @@ class ControlLoop:
                 )
         if self.status is not None:
             window = np.asarray(self._window)
-            notices = self.notices + self.stamps.notices
-            self.notices, self.stamps.notices = [], []
+            notices = list(self.notices)
+            self.notices.clear()  # in place: the stamps write into the same list
             self.status(
                 {
                     "time": now - self._start,
@@ -351,7 +291,7 @@ class ControlLoop:
             "rate_hz": self.ticks / self.seconds if self.seconds > 0 else math.nan,
             "period_hz": 1.0 / self.period,
             "lowest_rate_hz": self.lowest_rate_hz if math.isfinite(self.lowest_rate_hz) else math.nan,
-            "notices": self.notices + self.stamps.notices,  # those no status line has shown
+            "notices": list(self.notices),  # those no status line has shown
             "compute_p50_us": float(np.percentile(compute, 50)) if compute.size else math.nan,
             "compute_p99_us": float(np.percentile(compute, 99)) if compute.size else math.nan,
             "policy_median_us": self.policy_seconds * 1e6,

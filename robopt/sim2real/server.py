@@ -1,4 +1,5 @@
-"""``robopt sim-robot``: a simulated robot behind the UDP link, for hardware-in-the-loop tests of a deploy runtime.
+"""A simulated robot behind the UDP link, for hardware-in-the-loop tests of a deploy runtime (``robopt sim-robot``;
+the command and its ROS 2 / Zenoh variant are in ``sim_robot_cli.py``).
 
 A robopt env (``make_env(env_id, 1)``; torch) is stepped every ``period`` seconds with the latest ACTION
 received (zeros before any; actions are clipped into the env's bounds, counted "clipped"). After each step an
@@ -32,7 +33,6 @@ from collections import Counter, deque
 from collections.abc import Callable
 
 import numpy as np
-import typer
 
 from robopt.sim2real.network import MAX_DATAGRAM, SequenceFilter, open_socket, resolve_address, same_address
 from robopt.sim2real.protocol import KIND_ACTION, KIND_OBS, PacketError, decode, encode, obs_values
@@ -263,89 +263,3 @@ def serve(
     server = SimRobotServer(env_id, port, host, period, latency_ms, loss, seed, peer, log, command_timeout_ms,
                             delay_ticks)  # fmt: skip
     return serve_and_close(server, duration, episodes, stop)
-
-
-def register(app: typer.Typer, fail: Callable[..., None]) -> None:
-    @app.command("sim-robot")
-    def sim_robot(
-        env_id: str = typer.Argument(..., help="robopt env id to simulate, e.g. Pendulum-v1"),
-        port: int | None = typer.Option(None, "--port", help="UDP port to listen on (0: any free port, printed)"),
-        host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
-        period: float | None = typer.Option(None, "--period", help="seconds per step (default: the env's dt)"),
-        latency_ms: float = typer.Option(0.0, "--latency-ms", help="added one-way delay of every message"),
-        loss: float = typer.Option(0.0, "--loss", help="probability each message is lost, either direction"),
-        seed: int = typer.Option(0, "--seed", help="env reset seed and message-loss seed"),
-        duration: float | None = typer.Option(None, "--duration", help="stop after this many seconds"),
-        episodes: int | None = typer.Option(None, "--episodes", help="stop after this many episodes"),
-        peer: str | None = typer.Option(None, "--peer", help="UDP: HOST:PORT to send OBS to from the start"),
-        command_timeout_ms: float | None = typer.Option(
-            None,
-            "--command-timeout-ms",
-            help="zero action after this long with no command (default 10 periods; 0: off)",
-        ),
-        delay_ticks: int = typer.Option(0, "--delay-ticks", help="UDP: apply each action this many steps later"),
-        ros2: bool = typer.Option(False, "--ros2", help="serve ROS 2 topics over DDS instead of UDP"),
-        zenoh: bool = typer.Option(False, "--zenoh", help="serve ROS 2 topics over Zenoh instead of UDP"),
-        domain_id: int = typer.Option(0, "--domain-id", help="--ros2: the DDS domain (0..232)"),
-        interface: str | None = typer.Option(None, "--interface", help="--ros2: network interface (unicast, e.g. lo)"),
-        dds_peer: list[str] | None = typer.Option(None, "--dds-peer", help="--ros2: address to reach (unicast)"),
-        connect: list[str] | None = typer.Option(None, "--connect", help="--zenoh: endpoint, e.g. tcp/127.0.0.1:7447"),
-        listen: list[str] | None = typer.Option(None, "--listen", help="--zenoh: endpoint to listen on"),
-        command_topic: str = typer.Option("/robopt/command", "--command-topic", help="--ros2/--zenoh: command topic"),
-        cmd_vel: str | None = typer.Option(
-            None,
-            "--cmd-vel",
-            help="--ros2/--zenoh, a robot from its description: score this Twist topic's velocity "
-            "command against the body's velocity (printed at the end)",
-        ),  # fmt: skip
-    ) -> None:
-        """Serve a simulated robot: over UDP (OBS out, ACTION in), or as ROS 2 topics (--ros2, --zenoh)."""
-        from robopt.options import ConfigError
-
-        try:
-            if ros2 and zenoh:
-                raise ValueError("give --ros2 or --zenoh, not both")
-            if ros2 or zenoh:
-                if port is not None or peer is not None or delay_ticks:
-                    raise ValueError("--port, --peer and --delay-ticks are UDP options; --ros2/--zenoh serve topics")
-                serve_topics(
-                    env_id, "ros2" if ros2 else "zenoh", domain_id=domain_id, interface=interface,
-                    peers=dds_peer or None, zenoh_options={"connect": connect or [], "listen": listen or []},
-                    command_topic=command_topic, period=period, latency_ms=latency_ms, loss=loss, seed=seed,
-                    duration=duration, episodes=episodes, command_timeout_ms=command_timeout_ms, log=typer.echo,
-                    cmd_vel_topic=cmd_vel,
-                )  # fmt: skip
-                return
-            if cmd_vel is not None:
-                raise ValueError("--cmd-vel is a topic: serve with --ros2 or --zenoh")
-            if port is None:
-                raise ValueError("missing --port PORT (UDP), or --ros2 / --zenoh to serve topics")
-            serve(
-                env_id, port, host, period, latency_ms, loss, seed, duration, episodes, peer,
-                log=typer.echo, command_timeout_ms=command_timeout_ms, delay_ticks=delay_ticks,
-            )  # fmt: skip
-        except (ValueError, ConfigError) as error:  # DeployError is a ValueError
-            fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
-
-
-def serve_topics(env_id: str, transport: str, duration=None, episodes=None, stop=None, **options) -> ServeResult:
-    """Build a ``TopicSimRobotServer`` (``robopt.sim2real.topic_server``), serve, close; prints the summary."""
-    from robopt.sim2real.topic_server import TopicSimRobotServer
-
-    return serve_and_close(TopicSimRobotServer(env_id, transport, **options), duration, episodes, stop)
-
-
-def _group() -> None:
-    """Sim-to-real hardware-in-the-loop server."""
-
-
-def _fail(message: str, code: int = 2) -> None:
-    typer.echo(f"robopt: error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-if __name__ == "__main__":  # `python -m robopt.sim2real.server sim-robot ...`, the same as `robopt sim-robot ...`
-    _app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    _app.callback()(_group)
-    register(_app, _fail)
-    _app()

@@ -18,12 +18,12 @@ STAMP_FAULTS = ("future", "backward", "invalid")
 
 
 class Stamps:
-    def __init__(self, future_tolerance: float) -> None:
+    def __init__(self, future_tolerance: float, notices: list[str] | None = None) -> None:
         self.future_tolerance = future_tolerance
         self.last = math.nan  # the last tick's stamp (NaN: none yet)
         self.sane = math.nan  # the last stamp that was not a fault
         self.counters = {"stamp_faults": 0, **{f"stamp_{kind}": 0 for kind in STAMP_FAULTS}}
-        self.notices: list[str] = []
+        self.notices = notices if notices is not None else []  # appended to (a caller's list, when given)
 
     def is_new(self, stamp: float) -> bool:
         """Another measurement than the last tick's (NaN: none yet, or no stamp to tell)."""

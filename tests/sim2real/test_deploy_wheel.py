@@ -45,7 +45,7 @@ def test_deploy_only_wheel_runs_a_policy_without_torch(export_dir, tmp_path, pen
 
     domain = 1 + zlib.crc32(str(tmp_path).encode()) % 200
     server = subprocess.Popen(
-        [sys.executable, "-m", "robopt.sim2real.server", "sim-robot", "Pendulum-v1", "--ros2", "--domain-id",
+        [sys.executable, "-m", "robopt.sim2real.sim_robot_cli", "sim-robot", "Pendulum-v1", "--ros2", "--domain-id",
          str(domain), "--interface", "lo", "--dds-peer", "127.0.0.1", "--period", "0.01", "--episodes", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip

@@ -15,7 +15,7 @@ PERIOD = 0.01  # 100 Hz on both sides: a 200-step Pendulum episode takes 2 s
 
 
 def start_sim_robot(*options: str) -> tuple[subprocess.Popen, int]:
-    command = [sys.executable, "-m", "robopt.sim2real.server", "sim-robot", "Pendulum-v1", "--port", "0",
+    command = [sys.executable, "-m", "robopt.sim2real.sim_robot_cli", "sim-robot", "Pendulum-v1", "--port", "0",
                "--period", str(PERIOD), "--seed", "0", *options]  # fmt: skip
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in server.stdout:

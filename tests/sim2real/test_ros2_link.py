@@ -130,7 +130,7 @@ def test_round_trip_between_two_processes_keeps_every_byte(kind, request):
 
 
 def start_sim_robot(kind: str, transport_arg: list[str], *options: str) -> subprocess.Popen:
-    command = [sys.executable, "-m", "robopt.sim2real.server", "sim-robot", "Pendulum-v1", f"--{kind}",
+    command = [sys.executable, "-m", "robopt.sim2real.sim_robot_cli", "sim-robot", "Pendulum-v1", f"--{kind}",
                *transport_arg, "--period", str(PERIOD), "--seed", "0", *options]  # fmt: skip
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     line = server.stdout.readline()

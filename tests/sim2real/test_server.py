@@ -41,7 +41,7 @@ def drive(robot: UdpRobot, seconds: float, until_episodes: int = 1) -> None:
 
 
 def test_sim_robot_cli_end_to_end():
-    command = [sys.executable, "-m", "robopt.sim2real.server", "sim-robot", "Pendulum-v1"]
+    command = [sys.executable, "-m", "robopt.sim2real.sim_robot_cli", "sim-robot", "Pendulum-v1"]
     command += ["--port", "0", "--period", "0.01", "--duration", "5"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue = queue.Queue()
@@ -186,7 +186,7 @@ def test_sim_robot_bad_input_is_one_line_exit_2(args, message):
     import typer
     from typer.testing import CliRunner
 
-    from robopt.sim2real.server import _fail, register
+    from robopt.sim2real.sim_robot_cli import _fail, register
 
     app = typer.Typer()
     app.callback()(lambda: None)
