@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from runtime_fakes import GOOD, constant, sidecar_for
+from runtime_fakes import GOOD, ScriptedRobot, constant, sidecar_for
 
 from robopt.config import ConfigError
 from robopt.sim2real.deploy import format_status, format_summary
@@ -181,3 +181,31 @@ def test_scheduling_options_are_checked_at_load():
     ]:
         with pytest.raises(ConfigError, match=match):
             load_deploy_config(data)
+
+
+class PhasedRobot(ScriptedRobot):
+    """Measures every ``period`` from ``first`` on (time.monotonic); ``read`` returns the latest measurement."""
+
+    def __init__(self, period: float, first: float):
+        super().__init__([])
+        self.period, self.first = period, first
+
+    def read(self):
+        k = math.floor((time.monotonic() - self.first) / self.period)
+        return (GOOD, self.first + k * self.period) if k >= 0 else (None, float("nan"))
+
+
+def test_ticking_on_measurements_acts_on_fresh_observations():
+    period = 0.05
+    ages = {}
+    for tick_on in ("clock", "measurement"):
+        # measurements land 5 ms after each of the clock's ticks: on the clock, each tick reads one 45 ms old
+        robot = PhasedRobot(period, time.monotonic() + 0.2 + 0.005)
+        loop = ControlLoop(constant([0.0, 0.0]), robot, sidecar_for(period=period),
+                           DeployConfig(tick_on=tick_on, stale_timeout_ms=500), clock=time.monotonic)  # fmt: skip
+        time.sleep(max(0.0, robot.first - 0.005 - time.monotonic()))
+        loop.run(ticks=16)
+        records = loop.log.records()[4:]  # past the start, where the first measurement may not be there yet
+        ages[tick_on] = float(np.median(records["obs_age"]))
+        assert loop.counters["missed_deadline"] <= 2, tick_on
+    assert ages["clock"] > 0.03 and ages["measurement"] < 0.015, ages
