@@ -281,6 +281,7 @@ def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, col
         policy = build_policy(config, env)
         spec = ALGORITHMS[algorithm_name(config)]
         check_algorithm_config(config, spec.kind, initialize)
+        check_recurrent(config)
         if initialize and config.init_from:
             initialize_policy(policy, config)
             if hasattr(policy, "reset_reference"):  # a language policy's KL reference is where RL starts
@@ -326,6 +327,21 @@ def check_algorithm_config(config: ExperimentConfig, kind: str, initialize: bool
             f"policy.ft_steps={ft_steps} < policy.denoising_steps={steps}: RL trains only the last {ft_steps} "
             "denoising steps and freezes the others, so start from a pretrained policy (init_from=RUN_DIR) or "
             "set policy.ft_steps=policy.denoising_steps"
+        )
+
+
+RECURRENT_ALGORITHMS = ("ppo", "trpo")  # on-policy updates that replay a recurrent policy's sequences
+
+
+def check_recurrent(config: ExperimentConfig) -> None:
+    """``policy.recurrent`` with an algorithm that cannot replay sequences: one line saying which can."""
+    memory = getattr(config.policy, "recurrent", None)
+    algo_name = algorithm_name(config)
+    if memory is not None and memory.enabled and algo_name not in RECURRENT_ALGORITHMS:
+        raise ConfigError(
+            f"policy.recurrent.type={memory.type} needs an algorithm that trains on sequences with the policy's "
+            f"state ({', '.join(RECURRENT_ALGORITHMS)}); algo.name={algo_name} cannot use it: set "
+            "policy.recurrent.type=none (or policy.history=K for memory as a window of past steps)"
         )
 
 

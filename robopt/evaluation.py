@@ -26,6 +26,7 @@ from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig, load_run_config
 from robopt.envs.render import DEFAULT_HEIGHT, DEFAULT_WIDTH, NativeRowRenderer, gymnasium_camera_kwargs
 from robopt.options import WARP_ONLY_OPTIONS
+from robopt.policies.recurrent import PolicyActor
 
 
 @dataclass(frozen=True)
@@ -117,11 +118,13 @@ def evaluate_policy(policy, env, episodes: int, seed: int) -> EvalResult:
     lengths = torch.zeros(env.num_envs)
     success = torch.zeros(env.num_envs, dtype=torch.bool)
     has_success = False
+    actor = PolicyActor(policy, env.num_envs)  # carries a recurrent policy's state, reset where episodes end
     while torch.isnan(returns[:episodes]).any():
-        action, _ = policy.act(obs.to(policy_device), deterministic=True)
+        action, _ = actor.act(obs.to(policy_device), deterministic=True)
         action = action.to(env_device)
         action = torch.maximum(torch.minimum(action, env.action_high), env.action_low)
         obs, _, terminated, truncated, info = env.step(action)
+        actor.episode_ended(terminated | truncated)
         first = (terminated | truncated).cpu() & torch.isnan(returns)
         returns[first] = info["episode_return"].cpu()[first]
         lengths[first] = info["episode_length"].cpu().float()[first]
@@ -175,6 +178,7 @@ def record_video(
         raise ConfigError(f"video needs a MuJoCo task; {config.env.id} is a torch-native task without a renderer")
     config = video_config(config)
     _, policy = load_policy(run_dir, config)
+    policy = PolicyActor(policy, 1) if getattr(policy, "recurrent", False) else policy  # one episode, one state
     horizon = getattr(config.policy, "horizon", 1)  # actions per decision (build_env chunks the env when > 1)
     if config.env.backend == "gymnasium":
         env = _make_gymnasium_render_env(config, width, height)

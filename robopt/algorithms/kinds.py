@@ -18,6 +18,7 @@ from robopt.algorithms.onpolicy import OnPolicyLoop
 from robopt.distributed.collective import LOCAL, Collective
 from robopt.options import ConfigError
 from robopt.policies.critics import ValueCritic
+from robopt.policies.recurrent import RecurrentValueCritic
 
 __all__ = ["AlgorithmSpec", "build_critic", "on_policy", "own_loop", "privileged_dim"]
 
@@ -63,9 +64,17 @@ def own_loop(make: Callable) -> Callable:
 
 
 def build_critic(config, env) -> torch.nn.Module:
-    """V(obs) [B], or V(cat(obs, privileged_obs)) with ``critic.privileged`` (input D + P, its own normalizer)."""
+    """V(obs) [B], or V(cat(obs, privileged_obs)) with ``critic.privileged`` (input D + P, its own normalizer); with
+    ``policy.recurrent`` a recurrent critic of the same cell."""
     c = config.critic
     input_dim = env.obs_dim + (privileged_dim(config, env) if c.privileged else 0)
+    memory = getattr(config.policy, "recurrent", None)
+    if memory is not None and memory.enabled:  # its own torso of the actor's kind (rsl_rl's and SB3-contrib's)
+        critic = RecurrentValueCritic(
+            input_dim, memory, c.hidden, c.activation, normalize_obs=config.policy.normalize_obs,
+            orthogonal_init=config.policy.orthogonal_init,
+        )  # fmt: skip
+        return critic.to(config.device)
     critic = ValueCritic(
         input_dim, c.hidden, c.activation, normalize_obs=getattr(config.policy, "normalize_obs", True),
         orthogonal_init=getattr(config.policy, "orthogonal_init", True),

@@ -8,6 +8,11 @@ never calls ``log_prob``. Everything stays on ``env.device``; metrics are reduce
 the env's ``privileged_obs()`` [N, P] (its randomized parameters), truncated rows bootstrap from
 V(final_obs, info["final_privileged_obs"]); the policy sees obs only.
 
+A recurrent policy (``policy.recurrent``) acts through a ``PolicyActor`` that carries its state [N, M] across steps
+and iterations and zeroes it where an episode starts; its info keeps the state and the starts. Its recurrent critic's
+values come from one pass over the whole rollout from the critic's state at the rollout's start, which also gives
+the state at each row; the batch is then reordered into sequences of L steps (``RolloutBatch.as_sequences``).
+
 Variants hook in at fixed points (``hooks``: ``begin_iteration``, ``observe`` after each env step, ``advantages``
 in place of GAE, ``complete`` once the batch is made, ``metrics``); group-relative advantages, DAPO's dynamic
 sampling and refill and the language task's counters live beside the loop, in ``robopt.llm.group_sampling``.
@@ -31,6 +36,7 @@ from robopt.distributed.collective import LOCAL, Collective
 from robopt.envs.episode_stats import EnvLog
 from robopt.llm.group_sampling import hooks_for
 from robopt.options import ConfigError, option
+from robopt.policies.recurrent import PolicyActor
 
 __all__ = ["NonFiniteError", "OnPolicyAlgorithm", "OnPolicyLoop", "RolloutConfig"]
 
@@ -119,6 +125,10 @@ class OnPolicyLoop:
             rollout.num_steps, env.num_envs, env.obs_dim, env.action_dim, env.device, privileged_dim
         )
         self.reward_scaler = RewardScaler(env.num_envs, rollout.gamma).to(env.device)
+        self.actor = PolicyActor(policy, env.num_envs)  # a recurrent policy's state; memoryless: act straight through
+        self.critic_state = critic.initial_state(env.num_envs) if getattr(critic, "recurrent", False) else None
+        if self.actor.recurrent:
+            self._check_recurrent(rollout, critic_warmup)
         self.obs = env.reset(seed=seed)  # [N, D]
         self.iteration_count = 0
         self.env_steps = 0
@@ -135,13 +145,13 @@ class OnPolicyLoop:
     @torch.inference_mode()
     def collect(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Fill the storage with T steps; returns (episode returns, episode lengths) of episodes that ended."""
-        storage, env, policy = self.storage, self.env, self.policy
+        storage, env, actor = self.storage, self.env, self.actor
         ended_return, ended_length = [], []  # T tensors of [N]
         self.env_log = env_log = EnvLog()
         observe = self.hooks.observe
         obs, privileged = self.obs, None
         for t in range(storage.num_steps):
-            action, info = policy.act(obs)  # [N, A]; values are computed for the whole rollout at once later
+            action, info = actor.act(obs)  # [N, A]; values are computed for the whole rollout at once later
             env_action = torch.clamp(action, env.action_low, env.action_high)
             if self.privileged:  # those of obs: read before the step (which may reset rows and redraw them)
                 privileged = env.privileged_obs()  # [N, P], a fresh tensor
@@ -153,6 +163,7 @@ class OnPolicyLoop:
                 privileged, env_info.get("final_privileged_obs"),
             )  # fmt: skip
             observe(env_info)
+            actor.episode_ended(terminated | truncated)
             ended_return.append(env_info["episode_return"])
             ended_length.append(env_info["episode_length"])
             env_log.add(env_info)
@@ -177,15 +188,19 @@ class OnPolicyLoop:
         storage, rollout = self.storage, self.rollout
         steps, num_envs = storage.value.shape
         critic_input = storage.critic_input()  # [T, N, D (+ P)]
-        value = self.critic(critic_input.reshape(steps * num_envs, -1))  # [T * N]
-        check_shape("critic value", value, (steps * num_envs,))
-        storage.value.copy_(value.reshape(steps, num_envs))
         last_input = torch.cat((self.obs, self.env.privileged_obs()), dim=-1) if self.privileged else self.obs
-        last_value = self.critic(last_input)  # [N]
-        final_value = torch.zeros_like(storage.value)  # [T, N]
         truncated_rows = storage.truncated.nonzero(as_tuple=True)
-        if truncated_rows[0].numel() > 0:
-            final_value[truncated_rows] = self.critic(storage.final_critic_input(truncated_rows))
+        final_value = torch.zeros_like(storage.value)  # [T, N]
+        if self.critic_state is not None:
+            critic_state, last_value = self._recurrent_values(critic_input, last_input, truncated_rows, final_value)
+        else:
+            critic_state = None
+            value = self.critic(critic_input.reshape(steps * num_envs, -1))  # [T * N]
+            check_shape("critic value", value, (steps * num_envs,))
+            storage.value.copy_(value.reshape(steps, num_envs))
+            last_value = self.critic(last_input)  # [N]
+            if truncated_rows[0].numel() > 0:
+                final_value[truncated_rows] = self.critic(storage.final_critic_input(truncated_rows))
         batch = self.hooks.advantages(self, critic_input)  # a variant's advantages (group-relative), or None
         if batch is not None:
             return batch
@@ -196,7 +211,40 @@ class OnPolicyLoop:
         )  # fmt: skip
         if rollout.normalize_advantage:
             advantage = self.normalize_advantage(advantage)
-        return storage.flatten(advantage, return_target, critic_input)
+        batch = storage.flatten(advantage, return_target, critic_input)
+        if self.actor.recurrent:
+            return batch.as_sequences(self.policy.sequence_length, critic_state)
+        return batch
+
+    def _recurrent_values(self, critic_input, last_input, truncated_rows, final_value):
+        """A recurrent critic's V over the rollout in one pass from its state at the rollout's start: fills the
+        storage's values and ``final_value`` [T, N] of truncated rows (the final obs after the state of that step);
+        returns the state at each row [T, N, M] and V [N] of the obs after the rollout. The critic's state moves on
+        to the one after the rollout."""
+        starts = self.storage.policy_info["episode_start"]  # [T, N]
+        value, before, after = self.critic.rollout(critic_input, self.critic_state, starts)
+        self.storage.value.copy_(value)
+        if truncated_rows[0].numel() > 0:
+            final_input = self.storage.final_critic_input(truncated_rows)
+            final_value[truncated_rows] = self.critic.value_step(final_input, after[truncated_rows])
+        self.critic_state = after[-1]
+        next_start = self.actor.episode_start.unsqueeze(-1)  # rows whose next step starts an episode
+        last_state = torch.where(next_start, torch.zeros_like(self.critic_state), self.critic_state)
+        return before, self.critic.value_step(last_input, last_state)
+
+    def _check_recurrent(self, rollout: RolloutConfig, critic_warmup: int) -> None:
+        """What a recurrent policy needs of the rollout, as one-line errors."""
+        length = self.policy.sequence_length
+        if length > rollout.num_steps or rollout.num_steps % length != 0:
+            raise ConfigError(
+                f"policy.recurrent.sequence_length={length} must divide the rollout (rollout.num_steps="
+                f"{rollout.num_steps}){' and is longer than it' if length > rollout.num_steps else ''}: use a "
+                "sequence length that divides num_steps"
+            )
+        if critic_warmup > 0:
+            raise ConfigError("critic_warmup fits a memoryless critic; with policy.recurrent set critic_warmup=0")
+        if self.critic_state is None:
+            raise ConfigError("a recurrent policy needs the recurrent critic robopt builds for it (build_critic)")
 
     def normalize_advantage(self, advantage: torch.Tensor) -> torch.Tensor:
         """Zero mean, unit std over the batch: this rank's, or in a data-parallel run every rank's rows."""
@@ -317,6 +365,8 @@ class OnPolicyLoop:
             "iteration": self.iteration_count,
             "env_steps": self.env_steps,
         }
+        if self.actor.recurrent:  # the memories carried across iterations: a resume continues them exactly
+            state["memory"] = {"actor": self.actor.state_dict(), "critic": self.critic_state}
         if hasattr(self.env, "state_dict"):
             state["env"] = self.env.state_dict()
         return state
@@ -327,6 +377,9 @@ class OnPolicyLoop:
         self.algorithm.load_state_dict(state["algorithm"])
         self.reward_scaler.load_state_dict(state["reward_scaler"])
         self.iteration_count, self.env_steps = state["iteration"], state["env_steps"]
+        if self.actor.recurrent and "memory" in state:
+            self.actor.load_state_dict(state["memory"]["actor"])
+            self.critic_state = state["memory"]["critic"].to(self.critic_state.device)
         if state.get("env") is not None and hasattr(self.env, "load_state_dict"):
             self.env.load_state_dict(state["env"])
             self.obs = state["obs"].to(self.env.device)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from robopt.buffers.rollout import RolloutBatch
+from robopt.buffers.rollout import RolloutBatch, critic_value
 from robopt.core.advantages import normalize_advantage
 from robopt.core.compiled import CompiledFirstOrderStep, compile_unavailable_reason
 from robopt.core.losses import explained_variance, value_error
@@ -100,7 +100,7 @@ def ppo_loss(
     if penalty is not None:
         policy_loss = policy_loss + penalty
     metrics.update(token_metrics)
-    value = critic(batch.critic_input)  # [B] (obs, or cat(obs, privileged) for a privileged critic)
+    value = critic_value(critic, batch)  # [B] (of obs, or cat(obs, privileged); a recurrent critic's over sequences)
     squared_error = value_error(
         value, batch.return_target, batch.value, config.value_clip if config.value_clip > 0 else None
     )
@@ -163,6 +163,16 @@ def run_epochs(
     return {key: value / max(count, 1) for key, value in sums.items()}, epochs_run
 
 
+def check_sequence_minibatch(policy, size: int, name: str) -> None:
+    """A recurrent policy's minibatches are whole sequences: ``size`` must be a multiple of its sequence length."""
+    length = getattr(policy, "sequence_length", 1) if getattr(policy, "recurrent", False) else 1
+    if size % length != 0:
+        raise ConfigError(
+            f"{name}={size} is not a whole number of sequences of policy.recurrent.sequence_length={length}: use a "
+            f"multiple of {length}"
+        )
+
+
 class PPOObjective(nn.Module):
     """``ppo_loss`` over (policy, critic) as a module: what ``CompiledFirstOrderStep`` differentiates."""
 
@@ -187,6 +197,7 @@ class PPO:
         if config.ratio.name == "kl_penalty_adaptive" and not getattr(policy, "kl_available", True):
             raise ConfigError("ratio.name=kl_penalty_adaptive on a language policy needs policy.store_old_logits=true")
         self.config, self.policy, self.critic = config, policy, critic
+        check_sequence_minibatch(policy, config.minibatch_size, "algo.minibatch_size")
         params = list(policy.parameters()) + list(critic.parameters())
         self.updater = FirstOrderUpdater(params, config.learning_rate, config.max_grad_norm)
         self.adaptive = config.lr_schedule == "adaptive"
@@ -195,6 +206,9 @@ class PPO:
         self.control = config.ratio  # adapted between updates (kl_penalty_adaptive); saved in state_dict
         self.compiled_step = None
         self.collective = LOCAL
+        if config.compile and getattr(policy, "recurrent", False):
+            raise ConfigError("algo.compile=true does not support a recurrent policy (its sequence loop); set "
+                              "algo.compile=false")  # fmt: skip
         if config.compile:
             reason = compile_unavailable_reason(self.updater.flat.device)
             if reason is not None:
@@ -282,7 +296,7 @@ class PPO:
 
     def _epoch_minibatches(self, batch: RolloutBatch) -> list[RolloutBatch]:
         """One epoch's shuffled minibatches (views of one permuted copy), advantages normalized per minibatch."""
-        shuffled = batch.index(torch.randperm(len(batch), device=batch.obs.device))
+        shuffled = batch.index(batch.permutation())  # whole sequences for a recurrent policy
         if self.config.minibatch_advantage_norm:
             advantage = normalize_per_minibatch(shuffled.advantage, self.config.minibatch_size)
             shuffled = dataclasses.replace(shuffled, advantage=advantage)

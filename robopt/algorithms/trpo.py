@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from robopt.buffers.rollout import RolloutBatch
+from robopt.buffers.rollout import RolloutBatch, critic_value
 from robopt.core.losses import explained_variance, value_loss
 from robopt.core.protocols import SupportsEntropy, SupportsKL, require
 from robopt.core.ratio_control import RATIO_CONTROLS, RatioControl
@@ -108,11 +108,28 @@ class TRPO:
         if config.entropy_coef > 0.0:
             require(policy, SupportsEntropy, "EnTRPO (entropy_coef > 0)", "the advantage gets H(pi(.|s))")
         self.config, self.policy, self.critic = config, policy, critic
+        if getattr(policy, "recurrent", False):
+            self._check_recurrent(policy, config)
         self.ratio: RatioControl = config.ratio
         self.actor_updater = TrustRegionUpdater(policy.parameters(), config.trust_region())
         max_norm = config.max_grad_norm if config.max_grad_norm > 0 else None
         self.critic_updater = FirstOrderUpdater(critic.parameters(), config.critic_learning_rate, max_norm)
         self.schedule = make_schedule(config.lr_schedule, config.critic_learning_rate)
+
+    @staticmethod
+    def _check_recurrent(policy, config: TRPOConfig) -> None:
+        """What TRPO cannot do on a recurrent policy's sequence batch, as one-line errors."""
+        from robopt.algorithms.ppo import check_sequence_minibatch
+
+        if config.fisher_subsample > 1:
+            raise ConfigError(
+                f"algo.fisher_subsample={config.fisher_subsample} takes every k-th row, which cuts a recurrent "
+                "policy's sequences; set algo.fisher_subsample=1"
+            )
+        if config.entropy_coef > 0.0:
+            raise ConfigError("EnTRPO (algo.entropy_coef > 0) needs the time-major rollout; a recurrent policy's batch "
+                              "is sequences: set algo.entropy_coef=0")  # fmt: skip
+        check_sequence_minibatch(policy, config.critic_minibatch_size, "algo.critic_minibatch_size")
 
     def use_collective(self, collective) -> None:
         """Data-parallel training: the actor's gradient, Fisher-vector products and line-search loss and KL, and
@@ -170,11 +187,11 @@ class TRPO:
         for _ in range(self.config.critic_epochs):
             for minibatch in batch.minibatches(self.config.critic_minibatch_size):
                 step = self.critic_updater.step(
-                    lambda mb=minibatch: value_loss(self.critic(mb.critic_input), mb.return_target)
+                    lambda mb=minibatch: value_loss(critic_value(self.critic, mb), mb.return_target)
                 )
                 total, count = total + step["value_loss"], count + 1
         with torch.no_grad():  # of the updated critic over the whole batch
-            explained = explained_variance(self.critic(batch.critic_input), batch.return_target)
+            explained = explained_variance(critic_value(self.critic, batch), batch.return_target)
         return {"value_loss": float(total / count), "explained_variance": float(explained)}
 
     def state_dict(self) -> dict:

@@ -6,10 +6,16 @@ Policy info (whatever ``policy.act`` returned) is stored key by key as [T, N, ..
 A privileged (asymmetric) critic (Pinto et al. 2018) also sees the env's ``privileged_obs()`` [N, P]: with
 ``privileged_dim`` P > 0 the storage keeps them per step, and those of ``final_obs`` (``final_privileged_obs``)
 for bootstrapping truncated rows; the critic's input is then cat(obs, privileged) [.., D + P].
+
+A recurrent policy's batch is whole sequences (``as_sequences``): rows ordered env by env, each env's T steps cut
+into T / L sequences of L consecutive steps (L = ``sequence_length``), so that rows s L .. s L + L - 1 are one
+sequence in time order; shuffling and minibatches then move whole sequences (truncated back-propagation through
+time). ``critic_state`` [B, M] holds the recurrent critic's state at each row.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +35,8 @@ class RolloutBatch:
     truncated: torch.Tensor  # [B] bool
     num_envs: int = 0  # N when rows are the time-major [T * N] rollout; 0 for shuffled minibatches
     critic_obs: torch.Tensor | None = None  # [B, D + P] cat(obs, privileged) for a privileged critic; None: obs
+    critic_state: torch.Tensor | None = None  # [B, M] a recurrent critic's state at each row; None: memoryless
+    sequence_length: int = 1  # L > 1: rows are whole sequences of L consecutive steps (``as_sequences``)
 
     def __len__(self) -> int:
         return self.obs.shape[0]
@@ -39,7 +47,7 @@ class RolloutBatch:
         return self.obs if self.critic_obs is None else self.critic_obs
 
     def index(self, indices: torch.Tensor) -> RolloutBatch:
-        """The rows ``indices`` [b] as a new batch."""
+        """The rows ``indices`` [b] as a new batch (a sequence batch: ``indices`` must keep whole sequences)."""
         return RolloutBatch(
             obs=self.obs[indices],
             action=self.action[indices],
@@ -50,7 +58,29 @@ class RolloutBatch:
             terminated=self.terminated[indices],
             truncated=self.truncated[indices],
             critic_obs=None if self.critic_obs is None else self.critic_obs[indices],
+            critic_state=None if self.critic_state is None else self.critic_state[indices],
+            sequence_length=self.sequence_length,
         )
+
+    def as_sequences(self, length: int, critic_state: torch.Tensor | None = None) -> RolloutBatch:
+        """The time-major [T * N] rollout reordered into N T / L sequences of ``length`` steps (env-major, time order
+        inside each); ``critic_state`` [T, N, M] (a recurrent critic's) is reordered alike."""
+        num_envs = self.num_envs
+        steps = len(self) // num_envs
+        if num_envs == 0 or steps % length != 0:
+            raise ValueError(f"a sequence batch needs the time-major rollout with T a multiple of L={length}")
+        time = torch.arange(steps, device=self.obs.device)  # row of (t, n) = t N + n; new order: n, then t
+        order = time.unsqueeze(0) * num_envs + torch.arange(num_envs, device=self.obs.device).unsqueeze(1)
+        state = None if critic_state is None else critic_state.reshape(len(self), -1)
+        return dataclasses.replace(self, critic_state=state, sequence_length=length).index(order.reshape(-1))
+
+    def permutation(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        """A random order of the rows [B] that moves whole sequences (rows one by one when L = 1)."""
+        length, device = self.sequence_length, self.obs.device
+        if length == 1:
+            return torch.randperm(len(self), device=device, generator=generator)
+        order = torch.randperm(len(self) // length, device=device, generator=generator)  # sequences
+        return (order.unsqueeze(1) * length + torch.arange(length, device=device)).reshape(-1)
 
     @staticmethod
     def cat(batches: list[RolloutBatch]) -> RolloutBatch:
@@ -67,6 +97,8 @@ class RolloutBatch:
             terminated=column("terminated"),
             truncated=column("truncated"),
             critic_obs=None if first.critic_obs is None else column("critic_obs"),
+            critic_state=None if first.critic_state is None else column("critic_state"),
+            sequence_length=first.sequence_length,
         )
 
     def split(self, size: int) -> list[RolloutBatch]:
@@ -77,12 +109,16 @@ class RolloutBatch:
         """
         names = ("obs", "action", "value", "advantage", "return_target", "terminated", "truncated")
         names += ("critic_obs",) if self.critic_obs is not None else ()
+        names += ("critic_state",) if self.critic_state is not None else ()
+        if size % self.sequence_length != 0:
+            raise ValueError(f"blocks of {size} rows would cut sequences of {self.sequence_length} steps")
         columns = [torch.split(getattr(self, name), size) for name in names]  # each: blocks of [b, ...]
         info_columns = {key: torch.split(tensor, size) for key, tensor in self.policy_info.items()}
         return [
             RolloutBatch(
                 **{name: column[block] for name, column in zip(names, columns)},
                 policy_info={key: column[block] for key, column in info_columns.items()},
+                sequence_length=self.sequence_length,
             )
             for block in range(len(columns[0]))
         ]
@@ -90,10 +126,18 @@ class RolloutBatch:
     def minibatches(self, minibatch_size: int, generator: torch.Generator | None = None):
         """Yield shuffled minibatches covering the batch once (the last one may be smaller).
 
-        The batch is permuted once (one gather per field), then cut into contiguous views.
+        The batch is permuted once (one gather per field; whole sequences for a sequence batch), then cut into
+        contiguous views.
         """
-        shuffled = self.index(torch.randperm(len(self), device=self.obs.device, generator=generator))
+        shuffled = self.index(self.permutation(generator))
         yield from shuffled.split(minibatch_size)
+
+
+def critic_value(critic, batch: RolloutBatch) -> torch.Tensor:
+    """V [B] of the batch's rows: ``critic(critic_input)``, or a recurrent critic's over the batch's sequences."""
+    if batch.critic_state is None:
+        return critic(batch.critic_input)
+    return critic(batch.critic_input, batch.critic_state, batch.policy_info["episode_start"])
 
 
 class RolloutStorage:

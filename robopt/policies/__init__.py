@@ -16,6 +16,7 @@ from robopt.policies.critics import CriticConfig, ValueCritic
 from robopt.policies.diffusion import DiffusionPolicy, DiffusionPolicyConfig, build_diffusion_policy
 from robopt.policies.flow import FlowPolicy, FlowPolicyConfig, build_flow_policy
 from robopt.policies.gaussian import GaussianPolicy, GaussianPolicyConfig
+from robopt.policies.recurrent import RecurrentGaussianPolicy
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,9 @@ class PolicySpec:
     summary: str
 
 
-def build_gaussian_policy(p: GaussianPolicyConfig, env) -> GaussianPolicy:
+def build_gaussian_policy(p: GaussianPolicyConfig, env) -> GaussianPolicy | RecurrentGaussianPolicy:
+    if p.recurrent.enabled:
+        return RecurrentGaussianPolicy(env.obs_dim, env.action_dim, env.action_low, env.action_high, p)
     return GaussianPolicy(
         env.obs_dim, env.action_dim, env.action_low, env.action_high, hidden=p.hidden, activation=p.activation,
         log_std_init=p.log_std_init, squash=p.squash, normalize_obs=p.normalize_obs, orthogonal_init=p.orthogonal_init,

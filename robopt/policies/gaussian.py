@@ -20,6 +20,7 @@ from torch import nn
 
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
 from robopt.options import option
+from robopt.policies.memory import RecurrentConfig
 from robopt.policies.networks import MLP
 
 
@@ -35,6 +36,17 @@ class GaussianPolicyConfig:
     normalize_obs: bool = option(True, "running observation normalization inside the policy")
     orthogonal_init: bool = option(True, "orthogonal weight initialization")
     state_dependent_std: bool = option(False, "log-std from a second network head (SAC's usual actor) not a vector")
+    recurrent: RecurrentConfig = option(
+        RecurrentConfig(), "memory: policy.recurrent.type=gru|lstm puts a recurrent torso in front of the actor's and "
+        "the critic's MLPs (PPO, TRPO; robopt.policies.recurrent)"
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.recurrent.enabled and self.state_dependent_std:
+            raise ValueError(
+                "policy.recurrent needs a state-independent log-std (the on-policy Gaussian's): set "
+                "policy.state_dependent_std=false"
+            )
 
 
 LOG_2PI = math.log(2.0 * math.pi)

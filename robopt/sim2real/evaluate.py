@@ -105,6 +105,11 @@ def _load_source(source: Path):
             sidecar, model = load_export(source)
         except DeployError as error:
             raise ConfigError(str(error)) from None
+        if sidecar.state_dim:
+            raise ConfigError(
+                f"{str(source)!r} is a policy with memory (state_dim {sidecar.state_dim}); evaluate-transfer runs an "
+                "export's model without state: give the run directory instead (its policy carries its state)"
+            )
         env_options = dict((sidecar.config.get("env") or {}).get("kwargs") or {})
         if env_id == "robot":  # the robot and its task, from the run's config in the sidecar
             env_options.update(robot=sidecar.config.get("robot"), task=sidecar.config.get("task"))

@@ -19,14 +19,10 @@ the output directory.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
-import logging
 import os
 import shutil
 import tempfile
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +30,12 @@ from pathlib import Path
 import numpy as np
 
 from robopt.options import ConfigError
+from robopt.sim2real.export_tools import TOLERANCE, onnx_session, quiet
 from robopt.sim2real.sidecar import DeployError, Sidecar, file_sha256, write_sidecar
 
 FORMATS = ("onnx", "torchscript")
 FILE_NAMES = {"onnx": "policy.onnx", "torchscript": "policy.pt"}
 PARITY_NAME = "parity.npz"
-TOLERANCE = 1e-5  # max |exported - torch| accepted, per action component
 EXPORT_NAMES = (*FILE_NAMES.values(), PARITY_NAME, "policy.json")  # what --force replaces in an output directory
 
 
@@ -57,19 +53,6 @@ class ExportReport:
             f"on {self.parity_observations} observations)"
             for fmt in self.formats
         ]
-
-
-@contextlib.contextmanager
-def quiet():
-    """Silence the exporters' progress lines, warnings (torch.jit.trace's deprecation) and log messages."""
-    level = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logging.disable(level)
 
 
 def export_onnx(module, example, path: Path) -> None:
@@ -92,18 +75,6 @@ def export_torchscript(module, example, path: Path) -> None:
 
     with quiet():
         torch.jit.trace(module, example).save(str(path))
-
-
-def onnx_session(path: Path, threads: int | None = None):
-    """An ONNX Runtime CPU session; ``threads`` pins one intra-op pool size with sequential execution."""
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if threads is not None:
-        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-        options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def max_difference(call: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, reference: np.ndarray) -> float:
@@ -250,6 +221,32 @@ def _install(tmp: Path, out_dir: Path) -> None:
     tmp.rmdir()
 
 
+def _fail(fmt: str, error: BaseException) -> None:
+    """An exporter's exception as a one-line ConfigError."""
+    if isinstance(error, ImportError):
+        raise ConfigError(f"{fmt} export needs {error.name}: pip install 'robopt[export]'") from None
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    raise ConfigError(f"{fmt} export failed: {type(error).__name__}: {first}") from None
+
+
+def _export_stateless(module, obs: np.ndarray, formats, tmp: Path) -> dict:
+    """Write and check each format of a memoryless ``module`` in ``tmp``: the parity arrays and ``differences``."""
+    import torch
+
+    with torch.inference_mode():
+        reference = module(torch.from_numpy(obs)).numpy().astype(np.float32)  # [K, A] or [K, H, A]
+    example = torch.from_numpy(obs[:1]).expand(4, -1).contiguous()  # batch 4: the batch axis stays dynamic
+    differences = {}
+    for fmt in formats:
+        path = tmp / FILE_NAMES[fmt]
+        try:
+            (export_onnx if fmt == "onnx" else export_torchscript)(module, example, path)
+        except Exception as error:  # an exporter failing on this module: one line, not its traceback
+            _fail(fmt, error)
+        differences[fmt] = _check_model(fmt, path, obs, reference)
+    return {"obs": obs, "action": reference, "differences": differences}
+
+
 def export_run(
     run_dir: Path,
     out_dir: Path | None = None,
@@ -260,8 +257,6 @@ def export_run(
 ) -> ExportReport:
     """Export the run's policy (default into RUN_DIR/export); ConfigError (one line) on any problem."""
     import importlib.metadata
-
-    import torch
 
     from robopt.build import build_env
     from robopt.config import config_to_dict
@@ -277,7 +272,13 @@ def export_run(
     env = build_env(config, num_envs=1)
     inner, horizon = step_env(env)  # what one action steps: the sidecar describes one control tick
     try:
-        obs = record_observations(policy, env, parity_steps, seed=config.seed + 20_000)
+        stateful = bool(getattr(policy, "recurrent", False))  # a policy with memory: its state in and out
+        if stateful:
+            from robopt.sim2real.export_state import record_sequence
+
+            obs, starts = record_sequence(policy, env, parity_steps, seed=config.seed + 20_000)
+        else:
+            obs = record_observations(policy, env, parity_steps, seed=config.seed + 20_000)
         period, (obs_low, obs_high) = control_period(inner), _obs_bounds(inner)
         env_id, action_low, action_high = inner.env_id, inner.action_low.tolist(), inner.action_high.tolist()
         robot, obs_names, action_names = _robot_block(inner)
@@ -285,24 +286,18 @@ def export_run(
         env.close()
     if horizon > 1:
         module = ChunkedExport(module, horizon, len(action_low)).eval()  # [B, H * A] -> [B, H, A]
-    with torch.inference_mode():
-        reference = module(torch.from_numpy(obs)).numpy().astype(np.float32)  # [K, A] or [K, H, A]
-    example = torch.from_numpy(obs[:1]).expand(4, -1).contiguous()  # batch 4: the batch axis stays dynamic
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        differences = {}
-        for fmt in formats:
-            path = tmp / FILE_NAMES[fmt]
-            try:
-                (export_onnx if fmt == "onnx" else export_torchscript)(module, example, path)
-            except ImportError as error:
-                raise ConfigError(f"{fmt} export needs {error.name}: pip install 'robopt[export]'") from None
-            except Exception as error:  # an exporter failing on this module: one line, not its traceback
-                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-                raise ConfigError(f"{fmt} export failed: {type(error).__name__}: {first}") from None
-            differences[fmt] = _check_model(fmt, path, obs, reference)
-        np.savez(tmp / PARITY_NAME, obs=obs, action=reference)
+        if stateful:
+            from robopt.sim2real.export_state import export_stateful
+
+            parity, differences, state_dim = export_stateful(module, obs, starts, formats, tmp, FILE_NAMES, _fail)
+        else:
+            parity, differences, state_dim = _export_stateless(module, obs, formats, tmp), {}, 0
+            differences = parity.pop("differences")
+        reference = parity["action"]
+        np.savez(tmp / PARITY_NAME, **parity)
         files = {fmt: FILE_NAMES[fmt] for fmt in formats}
         sidecar = Sidecar(
             policy_kind=config.policy.name, env_id=env_id, obs_dim=obs.shape[1], action_dim=reference.shape[-1],
@@ -310,7 +305,7 @@ def export_run(
             obs_low=obs_low, obs_high=obs_high, robot=robot, obs_names=obs_names, action_names=action_names,
             files_sha256={name: file_sha256(tmp / name) for name in [*files.values(), PARITY_NAME]},
             weights_sha256=weights_sha256(policy), robopt_version=importlib.metadata.version("robopt"),
-            config=config_to_dict(config),
+            config=config_to_dict(config), state_dim=state_dim, format_version=3 if state_dim else 2,
         )  # fmt: skip
         write_sidecar(tmp, sidecar)
         _install(tmp, out_dir)

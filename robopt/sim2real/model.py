@@ -5,6 +5,8 @@ Torch-free (numpy, onnxruntime). Shapes: K parity observations, D obs dim, A act
     verify_parity    the model against parity.npz (obs [K, D], action [K, A] or [K, H, A]) within 1e-5
     load_export      read and check an export directory: sidecar, hashes, graph dims, parity.npz
     ChunkedPolicy    executes an action chunk [H, A] one action per tick, replanning every k ticks
+    RecurrentPolicy  a policy with memory (sidecar ``state_dim`` M > 0): holds its state [M] between ticks, zeroed by
+                     ``reset()`` (at start, after a fault or an e-stop, at an episode boundary the robot reports)
     median_call_seconds  the median time of one policy call (the control loop refuses a period shorter than it)
 """
 
@@ -41,12 +43,17 @@ class OnnxPolicy:
             raise DeployError(f"{str(path)!r} is not a loadable ONNX model ({str(error).splitlines()[0]})") from None
         self.input_name, self.output_name = sidecar.onnx_input, sidecar.onnx_output
         self.obs_dim, self.action_dim, self.chunk = sidecar.obs_dim, sidecar.action_dim, sidecar.action_chunk
+        self.state_dim = sidecar.state_dim  # M > 0: the graph also takes and returns the policy's state
+        self.state_names = (sidecar.onnx_state_input, sidecar.onnx_state_output)
         inputs = {node.name: node for node in self.session.get_inputs()}
         outputs = {node.name for node in self.session.get_outputs()}
-        if self.input_name not in inputs or self.output_name not in outputs:
+        wanted_in = {self.input_name} | ({self.state_names[0]} if self.state_dim else set())
+        wanted_out = {self.output_name} | ({self.state_names[1]} if self.state_dim else set())
+        if set(inputs) != wanted_in or not wanted_out <= outputs:
             raise DeployError(
-                f"policy.json names input {self.input_name!r} and output {self.output_name!r} but the ONNX graph has "
+                f"policy.json names inputs {sorted(wanted_in)} and outputs {sorted(wanted_out)} but the ONNX graph has "
                 f"inputs {sorted(inputs)} and outputs {sorted(outputs)}"
+                + (" (a policy with memory exported without its state?)" if len(inputs) != len(wanted_in) else "")
             )
         width = inputs[self.input_name].shape[-1] if inputs[self.input_name].shape else None
         if isinstance(width, int) and width != self.obs_dim:
@@ -67,12 +74,40 @@ class OnnxPolicy:
             )
 
     def batch(self, obs: np.ndarray) -> np.ndarray:
-        """obs [K, D] float32 -> action [K, A] (or [K, H, A])."""
+        """obs [K, D] float32 -> action [K, A] (or [K, H, A]); a policy with memory from the episode-start state."""
+        if self.state_dim:
+            return self.step(obs, np.zeros((len(obs), self.state_dim), dtype=np.float32))[0]
         return self.session.run([self.output_name], {self.input_name: obs})[0]
 
+    def step(self, obs: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A policy with memory: obs [K, D] and state [K, M] float32 -> action [K, A] and next state [K, M]."""
+        feeds = {self.input_name: obs, self.state_names[0]: state}
+        action, next_state = self.session.run([self.output_name, self.state_names[1]], feeds)
+        return action, next_state
+
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        """obs [D] float32 -> action [A] (or [H, A])."""
+        """obs [D] float32 -> action [A] (or [H, A]); a policy with memory from the episode-start state."""
+        if self.state_dim:
+            return self.batch(obs[None])[0]
         return self.session.run([self.output_name], {self.input_name: obs[None]})[0][0]
+
+
+class RecurrentPolicy:
+    """A policy with memory behind the runtime's ``obs [D] -> action [A]`` call: the state [1, M] it carries from tick
+    to tick, zeroed by ``reset()`` (the control loop calls it at start, after a fault or an e-stop and when the robot
+    reports a new episode; a state is never carried across one)."""
+
+    def __init__(self, model: OnnxPolicy) -> None:
+        self.model = model
+        self.state = np.zeros((1, model.state_dim), dtype=np.float32)
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        action, next_state = self.model.step(obs[None], self.state)
+        self.state = next_state  # only once the step succeeded: a failing call leaves the state as it was
+        return action[0]
+
+    def reset(self) -> None:
+        self.state = np.zeros_like(self.state)
 
 
 def _read_parity(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -104,6 +139,8 @@ def verify_parity(policy: OnnxPolicy, path: Path, tolerance: float = PARITY_TOLE
                           f"[K, {', '.join(map(str, shape))}] for this policy")  # fmt: skip
     if len(obs) == 0:
         return 0.0
+    if policy.state_dim:
+        return _verify_sequence(policy, path, obs, expected, tolerance)
     try:
         got = policy.batch(obs.astype(np.float32))
     except Exception:  # a graph with a fixed batch of 1
@@ -113,6 +150,29 @@ def verify_parity(policy: OnnxPolicy, path: Path, tolerance: float = PARITY_TOLE
         raise DeployError(
             f"policy.onnx does not reproduce {PARITY_NAME}: max |diff| {np.nanmax(diff):.3g} > {tolerance:g} "
             "(the model or the ONNX Runtime build differs from the export's)"
+        )
+    return float(diff.max())
+
+
+def _verify_sequence(policy: OnnxPolicy, path: Path, obs: np.ndarray, expected: np.ndarray, tolerance: float) -> float:
+    """A policy with memory against parity.npz's sequence: stepped one tick at a time with a ``RecurrentPolicy``,
+    reset where ``episode_start`` is set, as the control loop runs it."""
+    with np.load(path, allow_pickle=False) as data:
+        if "episode_start" not in data:
+            raise DeployError(f"{str(path)!r} lacks episode_start: not the parity sequence of a policy with memory")
+        starts = np.asarray(data["episode_start"], dtype=bool)
+    if starts.shape != (len(obs),):
+        raise DeployError(f"{str(path)!r}: episode_start has shape {list(starts.shape)}, not [{len(obs)}]")
+    runner, got = RecurrentPolicy(policy), []
+    for row, start in zip(obs.astype(np.float32), starts):
+        if start:
+            runner.reset()
+        got.append(runner(row))
+    diff = np.abs(np.stack(got).astype(np.float64) - expected.astype(np.float64))
+    if not (diff <= tolerance).all():  # NaN fails too
+        raise DeployError(
+            f"policy.onnx does not reproduce the {len(obs)}-step sequence of {PARITY_NAME}: max |diff| "
+            f"{np.nanmax(diff):.3g} > {tolerance:g} (the model or the ONNX Runtime build differs from the export's)"
         )
     return float(diff.max())
 

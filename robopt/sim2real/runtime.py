@@ -22,8 +22,9 @@ import numpy as np
 from robopt.sim2real.deploy_config import DeployConfig, build_safety, check_log_path
 from robopt.sim2real.model import (
     ChunkedPolicy,
-    OnnxPolicy,  # noqa: F401  (OnnxPolicy, load_export, verify_parity: their old import path, pinned by a test)
-    load_export,  # noqa: F401
+    OnnxPolicy,
+    RecurrentPolicy,
+    load_export,  # noqa: F401  (load_export, verify_parity: their old import path, pinned by a test)
     median_call_seconds,
     verify_parity,  # noqa: F401
 )
@@ -94,6 +95,12 @@ class ControlLoop:
                 f"{self.period * 1e3:.2f} ms: this machine cannot hold it; set a longer period in the deploy config"
             )
         policy_fn = policy if horizon == 1 else ChunkedPolicy(policy, horizon, replan_every)
+        if sidecar.state_dim and isinstance(policy, OnnxPolicy):  # memory: the state lives here, between ticks
+            policy_fn = RecurrentPolicy(policy)
+        elif sidecar.state_dim and not callable(getattr(policy, "reset", None)):
+            raise DeployError("a policy with memory (state_dim > 0) needs a reset() that zeroes its state")
+        self.policy_fn = policy_fn
+        self._episodes = getattr(robot, "episodes_started", None)  # a robot that reports its episode boundaries
         stale = config.stale_timeout_ms / 1000.0 or 3 * self.period
         self.safety = build_safety(policy_fn, sidecar, config, stale, future_tolerance=self.period)
         if config.log_path:
@@ -204,6 +211,8 @@ class ControlLoop:
             obs, obs_time = None, math.nan
         now = self.clock()
         usable = obs is not None and self.stamps.check(obs_time, now, self.ticks)
+        if self._episodes is not None:
+            self._episode_boundary()
         try:
             action, flags = self.safety.tick(obs, obs_time, now)
         except Exception:  # a bug in a check or a policy's reset: the safe action without the policy, rate-limited
@@ -221,6 +230,22 @@ class ControlLoop:
         self.log.append(self.ticks, now - self._start, age, compute * 1e6, flags, action)
         self._window.append(compute * 1e6)
         self.ticks += 1
+
+    def _episode_boundary(self) -> None:
+        """A robot that counts ``episodes_started`` (a simulated one: its env reset): a new episode zeroes the
+        policy's memory before its first observation is used."""
+        try:
+            episodes = int(self.robot.episodes_started)
+        except Exception:  # noqa: BLE001 - a robot whose counter breaks keeps the state; the tick goes on
+            return
+        if episodes != self._episodes:
+            self._episodes = episodes
+            reset = getattr(self.policy_fn, "reset", None)
+            try:
+                if callable(reset):
+                    reset()
+            except Exception:  # noqa: BLE001 - the safety layer's checks still run; its fault path resets again
+                self.counters["robot_error"] += 1
 
     def _send(self, action: np.ndarray) -> None:
         try:

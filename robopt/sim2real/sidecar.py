@@ -21,6 +21,9 @@ Torch-free (stdlib only). Fields (format_version 2; version 1 files, without ``r
                        scale and offset, default pose, PD gains, effort limits, joint ranges, control period,
                        observation terms in order (widths, scales, clips, history) and the command's ranges
                        (robopt.envs.robot.describe); null for other envs
+    state_dim          M > 0: a policy with memory (format_version 3, so that a runtime that cannot carry state
+                       refuses it): the model also takes "state" [B, M] (onnx_state_input) and returns "next_state"
+                       [B, M] (onnx_state_output); zeros at an episode start. 0: a memoryless policy
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 FORMAT, FORMAT_VERSION, SIDECAR_NAME = "robopt-policy", 2, "policy.json"
-READABLE_VERSIONS = (1, 2)  # version 2 added ``robot``
+READABLE_VERSIONS = (1, 2, 3)  # version 2 added ``robot``; 3 is a policy with memory (``state_dim`` > 0)
 
 
 class DeployError(ValueError):
@@ -61,6 +64,9 @@ class Sidecar:
     robopt_version: str = ""
     config: dict = field(default_factory=dict)
     robot: dict | None = None
+    state_dim: int = 0
+    onnx_state_input: str = "state"
+    onnx_state_output: str = "next_state"
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
 
@@ -98,7 +104,8 @@ def _plain_file_name(name) -> bool:
 
 def _check_types(s: Sidecar) -> None:
     """The JSON types of the fields the runtime uses as strings, names, file names and mappings."""
-    for name in ("policy_kind", "env_id", "onnx_input", "onnx_output", "weights_sha256", "robopt_version"):
+    for name in ("policy_kind", "env_id", "onnx_input", "onnx_output", "weights_sha256", "robopt_version",
+                 "onnx_state_input", "onnx_state_output"):  # fmt: skip
         if not isinstance(getattr(s, name), str):
             _fail(f"{name} must be a string, got {getattr(s, name)!r:.80}")
     for name in ("obs_names", "action_names"):
@@ -122,6 +129,13 @@ def check_sidecar(s: Sidecar) -> None:
     if s.robot is not None and not isinstance(s.robot, dict):
         _fail(f"robot must be null or an object, got {s.robot!r:.80}")
     _check_types(s)
+    if not isinstance(s.state_dim, int) or isinstance(s.state_dim, bool) or s.state_dim < 0:
+        _fail(f"state_dim must be an integer >= 0, got {s.state_dim!r}")
+    if (s.state_dim > 0) != (s.format_version == 3):
+        _fail(f"state_dim {s.state_dim} with format_version {s.format_version}: a policy with memory is version 3, "
+              "and only it")  # fmt: skip
+    if s.state_dim > 0 and s.action_chunk != 1:
+        _fail("a policy with memory (state_dim > 0) acts one action per call: action_chunk must be 1")
     for name in ("obs_dim", "action_dim", "action_chunk"):
         value = getattr(s, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:

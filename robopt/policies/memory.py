@@ -1,0 +1,135 @@
+"""Memory torsos: stacked GRU and LSTM cells over one step or a sequence with episode-start resets.
+
+Shapes: N rows, S sequences, L steps per sequence, H hidden size, G gates (GRU 3, LSTM 4), M the flat state width
+(GRU: layers * H; LSTM: 2 * layers * H, each layer's h then c).
+
+The cells are written out (Cho et al. 2014 for the GRU, Hochreiter & Schmidhuber 1997 with a forget gate for the
+LSTM, in PyTorch's gate order and parameter layout, checked against ``torch.nn.GRUCell``/``LSTMCell``): their
+gradients are plain autograd (TRPO's Fisher-vector products differentiate twice), the input projection of a whole
+sequence is one matrix product, and ONNX and TorchScript export them as ordinary operators.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from robopt.options import option
+
+CELLS = ("none", "gru", "lstm")
+GATES = {"gru": 3, "lstm": 4}
+
+
+@dataclass(frozen=True)
+class RecurrentConfig:
+    """``policy.recurrent``: a memory torso in front of the Gaussian policy's and the value critic's MLPs."""
+
+    type: str = option("none", "memory cell of the actor and the critic (none: a memoryless MLP policy)", CELLS)
+    hidden: int = option(128, "hidden state size H of each recurrent layer")
+    layers: int = option(1, "stacked recurrent layers")
+    sequence_length: int = option(
+        16, "truncated back-propagation through time: minibatches are sequences of L consecutive steps of one env "
+        "(rollout.num_steps and algo.minibatch_size must be multiples of L)"
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.hidden < 1 or self.layers < 1 or self.sequence_length < 1:
+            raise ValueError(
+                f"recurrent.hidden, layers and sequence_length must be >= 1, got {self.hidden}, {self.layers}, "
+                f"{self.sequence_length}"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.type != "none"
+
+
+class RecurrentTorso(nn.Module):
+    """Stacked GRU or LSTM layers: [.., in_dim] -> [.., H], the state flat as [.., M]."""
+
+    def __init__(self, in_dim: int, hidden: int, layers: int = 1, cell: str = "gru") -> None:
+        super().__init__()
+        if cell not in GATES:
+            raise ValueError(f"unknown recurrent cell {cell!r}; allowed: {', '.join(GATES)}")
+        self.cell, self.hidden, self.layers = cell, hidden, layers
+        gates = GATES[cell] * hidden
+        bound = 1.0 / math.sqrt(hidden)  # PyTorch's initialization of its recurrent layers
+        widths = [in_dim] + [hidden] * (layers - 1)
+
+        def uniform(*shape: int) -> nn.Parameter:
+            return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
+
+        self.weight_ih = nn.ParameterList(uniform(gates, width) for width in widths)  # each [G H, in]
+        self.weight_hh = nn.ParameterList(uniform(gates, hidden) for _ in widths)  # each [G H, H]
+        self.bias_ih = nn.ParameterList(uniform(gates) for _ in widths)
+        self.bias_hh = nn.ParameterList(uniform(gates) for _ in widths)
+
+    @property
+    def state_dim(self) -> int:
+        """M: the flat state width."""
+        return self.layers * self.hidden * (2 if self.cell == "lstm" else 1)
+
+    def initial_state(self, n: int) -> torch.Tensor:
+        """Zeros [n, M] on the parameters' device."""
+        return torch.zeros(n, self.state_dim, device=self.weight_hh[0].device)
+
+    def _split(self, state: torch.Tensor) -> list[torch.Tensor]:
+        """The flat state [.., M] as one [.., H] (GRU) or [.., 2H] (LSTM: h, c) block per layer."""
+        return list(state.split(self.state_dim // self.layers, dim=-1))
+
+    def _cell(self, layer: int, projected: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of layer ``layer``: input projection [.., G H] and its state -> (output h, new state)."""
+        recurrent = torch.nn.functional.linear(state[..., : self.hidden], self.weight_hh[layer], self.bias_hh[layer])
+        if self.cell == "gru":  # r, z, n gates; h' = (1 - z) n + z h
+            i_r, i_z, i_n = projected.chunk(3, dim=-1)
+            h_r, h_z, h_n = recurrent.chunk(3, dim=-1)
+            reset, update = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+            candidate = torch.tanh(i_n + reset * h_n)
+            h = candidate + update * (state - candidate)
+            return h, h
+        c = state[..., self.hidden :]  # i, f, g, o gates; c' = f c + i g, h' = o tanh(c')
+        gate_i, gate_f, gate_g, gate_o = (projected + recurrent).chunk(4, dim=-1)
+        c = torch.sigmoid(gate_f) * c + torch.sigmoid(gate_i) * torch.tanh(gate_g)
+        h = torch.sigmoid(gate_o) * torch.tanh(c)
+        return h, torch.cat((h, c), dim=-1)
+
+    def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One time step: x [N, in], state [N, M] -> output [N, H], next state [N, M]."""
+        states, new_states = self._split(state), []
+        for layer in range(self.layers):
+            projected = torch.nn.functional.linear(x, self.weight_ih[layer], self.bias_ih[layer])
+            x, layer_state = self._cell(layer, projected, states[layer])
+            new_states.append(layer_state)
+        return x, torch.cat(new_states, dim=-1)
+
+    def sequence(
+        self, x: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [S, L, in] from ``state`` [S, M], zeroing a row's state where ``episode_start`` [S, L] is set.
+
+        Returns the outputs [S, L, H] and the state after each step [S, L, M] (before the next step's reset). Each
+        layer's input projection of the whole sequence is one matrix product; the recurrence loops over L.
+        """
+        length = x.shape[1]
+        keep = (~episode_start).to(x.dtype).unsqueeze(-1)  # [S, L, 1]
+        states, after = self._split(state), []
+        for layer in range(self.layers):
+            projected = torch.nn.functional.linear(x, self.weight_ih[layer], self.bias_ih[layer])  # [S, L, G H]
+            layer_state, outputs, layer_after = states[layer], [], []
+            for t in range(length):
+                h, layer_state = self._cell(layer, projected[:, t], layer_state * keep[:, t])
+                outputs.append(h)
+                layer_after.append(layer_state)
+            x = torch.stack(outputs, dim=1)  # [S, L, H]: the next layer's input
+            after.append(torch.stack(layer_after, dim=1))
+        return x, torch.cat(after, dim=-1)
+
+
+def sequences(tensor: torch.Tensor, length: int, what: str) -> torch.Tensor:
+    """Rows [B, ...] as [S, L, ...]; a ValueError when B is not a whole number of sequences."""
+    if tensor.shape[0] % length != 0:
+        raise ValueError(f"{what}: {tensor.shape[0]} rows are not whole sequences of {length} steps")
+    return tensor.reshape(tensor.shape[0] // length, length, *tensor.shape[1:])
