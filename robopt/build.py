@@ -56,11 +56,15 @@ def check_device(name: str) -> torch.device:
     return device
 
 
-def build_env(config: ExperimentConfig, num_envs: int | None = None, **extra):
+def build_env(config: ExperimentConfig, num_envs: int | None = None, policy_side: bool = True, **extra):
     """The VecEnv of a config; env construction errors become one-line ConfigErrors.
 
-    A policy acting in chunks of H > 1 actions (``policy.horizon``, diffusion) gets the env wrapped in
-    ``robopt.envs.chunking.ActionChunkEnv``: one decision steps the env H times.
+    ``env.observe`` keeps only those observation indices (``robopt.envs.observe.ObservationSelectEnv``, always:
+    it is the robot's sensors). On the policy's side (``policy_side``), a policy with ``policy.history`` K > 1 sees
+    the window of the last K steps (``robopt.envs.history.HistoryEnv``), and a policy acting in chunks of H > 1
+    actions (``policy.horizon``, diffusion) gets the env wrapped in ``robopt.envs.chunking.ActionChunkEnv``: one
+    decision steps the env H times. ``policy_side=False`` (a simulated robot: it sends raw observations, the
+    deploy runtime builds the window) wraps neither.
     """
     check_device(config.device)
     from_sections = section_env_options(config)
@@ -71,8 +75,18 @@ def build_env(config: ExperimentConfig, num_envs: int | None = None, **extra):
         )  # fmt: skip
     except (ValueError, TypeError) as error:
         raise ConfigError(f"env.id={config.env.id!r}: {error}") from None
+    try:
+        env = _observe(config, env)
+        frames = getattr(config.policy, "history", 1)
+        if policy_side and frames > 1:
+            from robopt.envs.history import HistoryEnv
+
+            env = HistoryEnv(env, frames)
+    except ConfigError:
+        env.close()
+        raise
     horizon = getattr(config.policy, "horizon", 1)
-    if horizon == 1:
+    if horizon == 1 or not policy_side:
         return env
     from robopt.envs.chunking import ActionChunkEnv
 
@@ -83,6 +97,19 @@ def build_env(config: ExperimentConfig, num_envs: int | None = None, **extra):
             "relabelling assumes one action per transition); use policy.horizon=1"
         )
     return ActionChunkEnv(env, horizon)
+
+
+def _observe(config: ExperimentConfig, env):
+    """``env`` with only the ``env.observe`` indices (itself when the selection is empty)."""
+    if not config.env.observe:
+        return env
+    if hasattr(env, "compute_reward") or config.env.id == "robot":
+        what = "goal tasks: hindsight relabelling needs the raw goal layout" if hasattr(env, "compute_reward") else (
+            "a robot from its description: choose its task.observations terms instead")  # fmt: skip
+        raise ConfigError(f"env.observe={list(config.env.observe)}: not supported on {config.env.id} ({what})")
+    from robopt.envs.observe import ObservationSelectEnv
+
+    return ObservationSelectEnv(env, config.env.observe)
 
 
 def section_env_options(config: ExperimentConfig) -> dict:

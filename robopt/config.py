@@ -56,6 +56,9 @@ class EnvConfig:
         "auto", "simulation backend", ("auto", "gymnasium", "isaaclab", "mujoco", "mujoco_warp", "torch")
     )
     kwargs: dict = option({}, "extra keyword arguments passed to the env constructor")
+    observe: tuple[int, ...] = option(
+        (), "keep only these observation indices, in this order (a partially observed variant); empty: all"
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from torch import nn
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
 from robopt.options import option
 from robopt.policies import diffusion_schedule as schedule
+from robopt.policies.gaussian import HISTORY_DOC, check_history
 from robopt.policies.networks import MLP, register_action_bounds
 
 NETWORKS = ("mlp", "unet")
@@ -65,8 +66,15 @@ class DiffusionPolicyConfig:
     output_scale: float = option(0.1, "gain of the noise predictor's output layer at initialization")
     normalize_obs: bool = option(True, "running observation normalization inside the policy")
     orthogonal_init: bool = option(True, "orthogonal weight initialization (mlp)")
+    history: int = option(1, HISTORY_DOC)
 
     def __post_init__(self) -> None:
+        check_history(self.history)
+        if self.history > 1 and self.horizon > 1:
+            raise ValueError(
+                f"history={self.history} needs horizon 1 (an observation history holds one action per control step; "
+                f"horizon={self.horizon} acts in chunks): set history=1 or horizon=1"
+            )
         k = self.denoising_steps
         if not 1 <= k <= 1000:
             raise ValueError(f"denoising_steps must be in [1, 1000], got {k}")

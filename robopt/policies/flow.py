@@ -28,6 +28,7 @@ from torch import nn
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
 from robopt.options import option
 from robopt.policies.flow_field import VelocityField, integrate, time_embedding
+from robopt.policies.gaussian import HISTORY_DOC, check_history
 from robopt.policies.networks import MLP, register_action_bounds
 
 __all__ = ["ExportedFlowPolicy", "FlowPolicy", "FlowPolicyConfig", "VelocityField", "build_flow_policy", "integrate"]
@@ -78,8 +79,10 @@ class FlowPolicyConfig:
         "by the argmax-Q of expo_samples base samples and their edits (critics: the guidance_* options)"
     )  # fmt: skip
     expo_samples: int = option(8, "EXPO: base samples N per action (2N candidates with their edits)")
+    history: int = option(1, HISTORY_DOC)
 
     def __post_init__(self) -> None:
+        check_history(self.history)
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1 (integration steps), got {self.steps}")
         if self.draws < 1:

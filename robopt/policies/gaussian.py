@@ -23,6 +23,17 @@ from robopt.options import option
 from robopt.policies.memory import RecurrentConfig
 from robopt.policies.networks import MLP
 
+HISTORY_DOC = (
+    "observation history K: the policy sees the observations and previous actions of the last K control steps "
+    "(robopt.envs.history; 1: off)"
+)
+
+
+def check_history(history: int) -> None:
+    """ValueError unless ``policy.history`` is an integer >= 1 (shared by the Gaussian, flow and diffusion configs)."""
+    if isinstance(history, bool) or not isinstance(history, int) or history < 1:
+        raise ValueError(f"history must be an integer >= 1 (control steps the policy sees; 1: off), got {history!r}")
+
 
 @dataclass(frozen=True)
 class GaussianPolicyConfig:
@@ -36,12 +47,14 @@ class GaussianPolicyConfig:
     normalize_obs: bool = option(True, "running observation normalization inside the policy")
     orthogonal_init: bool = option(True, "orthogonal weight initialization")
     state_dependent_std: bool = option(False, "log-std from a second network head (SAC's usual actor) not a vector")
+    history: int = option(1, HISTORY_DOC)
     recurrent: RecurrentConfig = option(
         RecurrentConfig(), "memory: policy.recurrent.type=gru|lstm puts a recurrent torso in front of the actor's and "
         "the critic's MLPs (PPO, TRPO; robopt.policies.recurrent)"
     )  # fmt: skip
 
     def __post_init__(self) -> None:
+        check_history(self.history)
         if self.recurrent.enabled and self.state_dependent_std:
             raise ValueError(
                 "policy.recurrent needs a state-independent log-std (the on-policy Gaussian's): set "
