@@ -18,6 +18,7 @@ import yaml
 
 from robopt.algorithms import ALGORITHMS
 from robopt.algorithms.kinds import build_critic, privileged_dim  # noqa: F401  (re-exported: the builder's parts)
+from robopt.algorithms.onpolicy import check_sequence_length
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig, config_to_dict, registered_sections
 from robopt.distributed.collective import LOCAL, RANK_SEED_STRIDE, Collective, rank_config
@@ -76,12 +77,7 @@ def build_env(config: ExperimentConfig, num_envs: int | None = None, policy_side
     except (ValueError, TypeError) as error:
         raise ConfigError(f"env.id={config.env.id!r}: {error}") from None
     try:
-        env = _observe(config, env)
-        frames = getattr(config.policy, "history", 1)
-        if policy_side and frames > 1:
-            from robopt.envs.history import HistoryEnv
-
-            env = HistoryEnv(env, frames)
+        env = policy_view(config, env, policy_side)
     except ConfigError:
         env.close()
         raise
@@ -97,6 +93,18 @@ def build_env(config: ExperimentConfig, num_envs: int | None = None, policy_side
             "relabelling assumes one action per transition); use policy.horizon=1"
         )
     return ActionChunkEnv(env, horizon)
+
+
+def policy_view(config: ExperimentConfig, env, policy_side: bool = True):
+    """``env`` as the config's policy sees it: its ``env.observe`` selection, then (``policy_side``) the window of
+    ``policy.history`` K > 1 steps. ``evaluate-transfer`` wraps its native grid envs with it."""
+    env = _observe(config, env)
+    frames = getattr(config.policy, "history", 1)
+    if policy_side and frames > 1:
+        from robopt.envs.history import HistoryEnv
+
+        env = HistoryEnv(env, frames)
+    return env
 
 
 def _observe(config: ExperimentConfig, env):
@@ -370,6 +378,8 @@ def check_recurrent(config: ExperimentConfig) -> None:
             f"state ({', '.join(RECURRENT_ALGORITHMS)}); algo.name={algo_name} cannot use it: set "
             "policy.recurrent.type=none (or policy.history=K for memory as a window of past steps)"
         )
+    if memory is not None and memory.enabled:
+        check_sequence_length(memory.sequence_length, config.rollout.num_steps)
 
 
 def check_critic_kind(config: ExperimentConfig, kind: str) -> None:

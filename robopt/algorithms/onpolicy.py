@@ -74,6 +74,15 @@ class RolloutConfig:
             )
 
 
+def check_sequence_length(length: int, num_steps: int) -> None:
+    """A recurrent policy's sequences of ``length`` steps must tile the rollout of ``num_steps``: one line if not."""
+    if length > num_steps or num_steps % length != 0:
+        raise ConfigError(
+            f"policy.recurrent.sequence_length={length} must divide the rollout (rollout.num_steps={num_steps})"
+            f"{' and is longer than it' if length > num_steps else ''}: use a sequence length that divides num_steps"
+        )
+
+
 class OnPolicyAlgorithm(Protocol):
     """What an on-policy algorithm plugs into the loop."""
 
@@ -234,13 +243,7 @@ class OnPolicyLoop:
 
     def _check_recurrent(self, rollout: RolloutConfig, critic_warmup: int) -> None:
         """What a recurrent policy needs of the rollout, as one-line errors."""
-        length = self.policy.sequence_length
-        if length > rollout.num_steps or rollout.num_steps % length != 0:
-            raise ConfigError(
-                f"policy.recurrent.sequence_length={length} must divide the rollout (rollout.num_steps="
-                f"{rollout.num_steps}){' and is longer than it' if length > rollout.num_steps else ''}: use a "
-                "sequence length that divides num_steps"
-            )
+        check_sequence_length(self.policy.sequence_length, rollout.num_steps)
         if critic_warmup > 0:
             raise ConfigError("critic_warmup fits a memoryless critic; with policy.recurrent set critic_warmup=0")
         if self.critic_state is None:

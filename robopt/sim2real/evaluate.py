@@ -94,7 +94,7 @@ def native_twin(env_id: str) -> str:
 
 
 def _load_source(source: Path):
-    """(kind, native env id, env options, actor) of a run directory or an export directory."""
+    """(kind, native env id, env options, actor, the run's config or None) of a run or an export directory."""
     from robopt.sim2real.sidecar import SIDECAR_NAME, DeployError, read_sidecar
 
     if (source / SIDECAR_NAME).is_file():
@@ -113,7 +113,7 @@ def _load_source(source: Path):
         env_options = dict((sidecar.config.get("env") or {}).get("kwargs") or {})
         if env_id == "robot":  # the robot and its task, from the run's config in the sidecar
             env_options.update(robot=sidecar.config.get("robot"), task=sidecar.config.get("task"))
-        return "export", env_id, env_options, _OnnxActor(model)
+        return "export", env_id, env_options, _OnnxActor(model), None
     if (source / "config.yaml").is_file():
         from dataclasses import replace
 
@@ -126,7 +126,7 @@ def _load_source(source: Path):
         _, policy = load_policy(source, replace(config, device=str(available_device(config.device))))
         horizon = getattr(config.policy, "horizon", 1)
         actor = policy.cpu() if horizon == 1 else _FirstOfChunk(policy.cpu(), horizon)
-        return "run", env_id, {**config.env.kwargs, **section_env_options(config)}, actor
+        return "run", env_id, {**config.env.kwargs, **section_env_options(config)}, actor, config
     raise ConfigError(
         f"{str(source)!r} is neither a run directory (config.yaml) nor an export directory ({SIDECAR_NAME})"
     )
@@ -157,7 +157,8 @@ def _disturbance_options(delay: int, force: float) -> dict:
 
 
 def _returns_at(env, actor, nominal: dict, factors: dict[str, float], episodes: int, seed: int) -> list[float]:
-    """Returns [N] of one deterministic episode per row with the model parameters scaled by ``factors``.
+    """Returns [N] of one deterministic episode per row with the model parameters scaled by ``factors``; ``env`` is
+    (the native env, what the policy sees of it: the same env, or its observation selection and history window).
 
     The parameters are the rows' base values (``set_model_params``), applied at the reset ``evaluate_policy`` does
     with ``seed``; with no randomization that reset draws nothing else, so every cell starts from the same states.
@@ -166,8 +167,9 @@ def _returns_at(env, actor, nominal: dict, factors: dict[str, float], episodes: 
 
     from robopt.evaluation import evaluate_policy
 
-    env.set_model_params(_cell_params(nominal, factors, env.num_envs), torch.arange(env.num_envs))
-    return evaluate_policy(actor, env, episodes, seed).returns  # resets every row with ``seed`` first
+    raw, policy_env = env
+    raw.set_model_params(_cell_params(nominal, factors, raw.num_envs), torch.arange(raw.num_envs))
+    return evaluate_policy(actor, policy_env, episodes, seed).returns  # resets every row with ``seed`` first
 
 
 def evaluate_transfer(
@@ -179,6 +181,7 @@ def evaluate_transfer(
     through ONNX Runtime). Writes transfer.json and transfer.png into ``out`` (default SOURCE/transfer).
     ConfigError (one line) on bad input.
     """
+    from robopt.build import policy_view
     from robopt.envs.registry import make_env
 
     source, grid = Path(source), check_grid(grid)
@@ -187,7 +190,7 @@ def evaluate_transfer(
         raise ConfigError(f"--out {str(out)!r} exists and is not a directory")
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ConfigError(f"--episodes must be an integer of at least 1, got {episodes!r}")
-    kind, env_id, env_options, actor = _load_source(source)
+    kind, env_id, env_options, actor, run_config = _load_source(source)
     env_options = {k: v for k, v in env_options.items() if k not in _DROPPED_ENV_OPTIONS}
     envs: dict[tuple[int, float], object] = {}  # (delay, push force) -> its env
 
@@ -195,15 +198,16 @@ def evaluate_transfer(
         key = (int(cell.get("action_delay", 0)), float(cell.get("push_force", 0.0)))
         if key not in envs:
             try:
-                envs[key] = make_env(env_id, episodes, backend="mujoco", device="cpu", **env_options,
-                                     **_disturbance_options(*key))  # fmt: skip
+                raw = make_env(env_id, episodes, backend="mujoco", device="cpu", **env_options,
+                               **_disturbance_options(*key))  # fmt: skip
             except (ValueError, TypeError) as error:
                 raise ConfigError(f"env {env_id!r}: {error}") from None
+            envs[key] = (raw, raw if run_config is None else policy_view(run_config, raw))
         return envs[key]
 
     axes, values = tuple(grid), tuple(tuple(v) for v in grid.values())
     try:
-        nominal = env_for({}).physics.nominal_params()
+        nominal = env_for({})[0].physics.nominal_params()
         products = list(itertools.product(*values))  # row-major over [n1, (n2)]; a value may repeat
         cells = []
         for point in products:
@@ -215,8 +219,8 @@ def evaluate_transfer(
         else:
             nominal_returns = _returns_at(env_for({}), actor, nominal, {}, episodes, seed)
     finally:
-        for env in envs.values():
-            env.close()
+        for raw, _ in envs.values():
+            raw.close()
     shape = (*(len(v) for v in values), episodes)
     returns = np.asarray(cells, dtype=np.float64).reshape(shape)
     result = TransferResult(axes, values, returns, list(nominal_returns), str(source), kind, env_id, episodes, seed)

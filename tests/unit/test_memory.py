@@ -1,0 +1,77 @@
+"""The recurrent torsos (robopt.policies.memory): cells against torch's, sequences against steps, resets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from robopt.policies.memory import RecurrentConfig, RecurrentTorso, sequences
+
+
+def _torch_cell(torso: RecurrentTorso):
+    """torch.nn.GRUCell / LSTMCell holding the same weights as layer 0 of ``torso`` (a peer oracle)."""
+    cell = (torch.nn.GRUCell if torso.cell == "gru" else torch.nn.LSTMCell)(torso.weight_ih[0].shape[1], torso.hidden)
+    with torch.no_grad():
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(cell, name).copy_(getattr(torso, name)[0])
+    return cell
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_one_step_matches_torch_cell(kind):
+    torch.manual_seed(0)
+    torso = RecurrentTorso(5, 8, layers=1, cell=kind)
+    cell, x = _torch_cell(torso), torch.randn(3, 5)
+    state = torch.randn(3, torso.state_dim)
+    out, next_state = torso.step(x, state)
+    if kind == "gru":
+        expected = cell(x, state)
+        torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)  # same operations, other kernels: rounding
+        torch.testing.assert_close(next_state, expected, rtol=0, atol=1e-6)
+    else:
+        h, c = cell(x, (state[:, :8], state[:, 8:]))
+        torch.testing.assert_close(out, h, rtol=0, atol=1e-6)
+        torch.testing.assert_close(next_state, torch.cat((h, c), dim=-1), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind,layers", [("gru", 1), ("gru", 2), ("lstm", 2)])
+def test_sequence_equals_steps_with_resets(kind, layers):
+    """The sequence pass (one input projection, the recurrence looped) equals stepping one step at a time, with the
+    state zeroed where an episode starts, within 1e-5 (matrix products of other shapes round differently)."""
+    torch.manual_seed(1)
+    torso = RecurrentTorso(4, 6, layers=layers, cell=kind)
+    x, state = torch.randn(5, 7, 4), torch.randn(5, torso.state_dim)
+    start = torch.zeros(5, 7, dtype=torch.bool)
+    start[0, 3] = start[2, 0] = start[4, 6] = True
+    out, after = torso.sequence(x, state, start)
+    assert out.shape == (5, 7, 6) and after.shape == (5, 7, torso.state_dim)
+    h = state
+    for t in range(7):
+        h = torch.where(start[:, t : t + 1], torch.zeros_like(h), h)
+        step_out, h = torso.step(x[:, t], h)
+        torch.testing.assert_close(out[:, t], step_out, rtol=0, atol=1e-5)
+        torch.testing.assert_close(after[:, t], h, rtol=0, atol=1e-5)
+
+
+def test_reset_forgets_the_past():
+    """After a reset the output depends on nothing before it: two different pasts, the same outputs."""
+    torch.manual_seed(2)
+    torso = RecurrentTorso(3, 5)
+    x = torch.randn(2, 6, 3)
+    x[1, :3] = torch.randn(3, 3)  # row 1 differs from row 0 only before the reset at t = 3
+    x[1, 3:] = x[0, 3:]
+    start = torch.zeros(2, 6, dtype=torch.bool)
+    start[:, 3] = True
+    out, _ = torso.sequence(x, torch.randn(2, torso.state_dim), start)
+    assert not torch.allclose(out[0, :3], out[1, :3])
+    torch.testing.assert_close(out[0, 3:], out[1, 3:], rtol=0, atol=0)  # the same operations on the same numbers
+
+
+def test_state_width_and_sequences_helper():
+    assert RecurrentTorso(3, 16, layers=2, cell="gru").state_dim == 32
+    assert RecurrentTorso(3, 16, layers=2, cell="lstm").state_dim == 64  # h and c per layer
+    assert sequences(torch.arange(6), 3, "x").tolist() == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(ValueError, match="not whole sequences of 4 steps"):
+        sequences(torch.arange(6), 4, "x")
+    with pytest.raises(ValueError, match="must be >= 1"):
+        RecurrentConfig(type="gru", sequence_length=0)
