@@ -31,6 +31,7 @@ from robopt.sim2real.pacing import Pacer
 from robopt.sim2real.sidecar import DeployError, Sidecar
 from robopt.sim2real.stamps import Stamps
 from robopt.sim2real.tick_log import TickLog
+from robopt.sim2real.window import HistoryWindow
 
 __all__ = ["STOP_SECONDS", "ControlLoop"]
 
@@ -60,6 +61,10 @@ class ControlLoop:
     ``SafetyLayer.fail_safe()`` (flag and counter ``internal_error``). ``run`` may be called again and again;
     ``stop()`` ends the deployment (Ctrl-C in ``run`` calls it, ``deploy`` calls it at the end), ``close()`` closes
     the robot and saves the log.
+    A policy with an observation history (the sidecar's ``history``) is wrapped in a ``HistoryWindow`` unless it
+    is one: the robot sends raw observations [D] (the dims, obs checks and timing use D), every action sent is
+    recorded as the window's previous action, and the window restarts when a robot that counts its episodes
+    (``episodes_started``: a simulated robot) reports a new one, as the env's window restarts at an auto-reset.
     """
 
     def __init__(
@@ -78,16 +83,20 @@ class ControlLoop:
         self.clock, self.realtime, self.status = clock, realtime, status
         self.period = config.period or sidecar.control_period
         self.watchdog = config.watchdog_ms / 1000.0 or self.period
-        if (robot.obs_dim, robot.action_dim) != (sidecar.obs_dim, sidecar.action_dim):
+        if (robot.obs_dim, robot.action_dim) != (sidecar.robot_obs_dim, sidecar.action_dim):
             raise DeployError(
                 f"the robot has obs_dim {robot.obs_dim}, action_dim {robot.action_dim} but the policy expects "
-                f"{sidecar.obs_dim}, {sidecar.action_dim}"
+                f"{sidecar.robot_obs_dim}, {sidecar.action_dim}"
             )
+        if sidecar.history is not None and not isinstance(policy, HistoryWindow):
+            policy = HistoryWindow.from_sidecar(policy, sidecar)
         horizon = sidecar.action_chunk
         replan_every = config.chunk_replan_every or horizon
         if replan_every > horizon:
             raise DeployError(f"deploy config: chunk_replan_every {replan_every} exceeds the action chunk H={horizon}")
-        self.policy_seconds = median_call_seconds(policy, sidecar.obs_dim)
+        self.policy_seconds = median_call_seconds(policy, sidecar.robot_obs_dim)
+        if isinstance(policy, HistoryWindow):
+            policy.reset()  # the timing calls filled its window
         if self.policy_seconds > self.period:
             raise DeployError(
                 f"one policy call takes {self.policy_seconds * 1e3:.2f} ms (median at start) but the control period is "
@@ -96,6 +105,8 @@ class ControlLoop:
         policy_fn = policy if horizon == 1 else ChunkedPolicy(policy, horizon, replan_every)
         stale = config.stale_timeout_ms / 1000.0 or 3 * self.period
         self.safety = build_safety(policy_fn, sidecar, config, stale, future_tolerance=self.period)
+        self._sent = getattr(policy_fn, "sent", None)  # a HistoryWindow records each action sent
+        self._episode = getattr(robot, "episodes_started", None)
         if config.log_path:
             check_log_path(config.log_path)
         self.log = TickLog(config.log_capacity, sidecar.action_dim)
@@ -205,6 +216,7 @@ class ControlLoop:
         now = self.clock()
         usable = obs is not None and self.stamps.check(obs_time, now, self.ticks)
         try:
+            self._new_episode()
             action, flags = self.safety.tick(obs, obs_time, now)
         except Exception:  # a bug in a check or a policy's reset: the safe action without the policy, rate-limited
             action, flags = self.safety.fail_safe()
@@ -227,6 +239,17 @@ class ControlLoop:
             self.robot.send(action)
         except Exception:  # the RobotInterface promises not to raise; a link that does is counted
             self.counters["robot_error"] += 1
+        if self._sent is not None:
+            self._sent(action)
+
+    def _new_episode(self) -> None:
+        """Reset the policy (its window or chunk) when the robot reports a new episode (``episodes_started``)."""
+        episode = getattr(self.robot, "episodes_started", None)
+        if episode != self._episode:
+            self._episode = episode
+            reset = getattr(self.safety.policy, "reset", None)
+            if callable(reset):
+                reset()
 
     def _maybe_status(self) -> None:
         now = self.clock()
