@@ -105,6 +105,7 @@ def _load_source(source: Path):
             sidecar, model = load_export(source)
         except DeployError as error:
             raise ConfigError(str(error)) from None
+        _check_raw_observation(sidecar.config)
         env_options = dict((sidecar.config.get("env") or {}).get("kwargs") or {})
         if env_id == "robot":  # the robot and its task, from the run's config in the sidecar
             env_options.update(robot=sidecar.config.get("robot"), task=sidecar.config.get("task"))
@@ -113,10 +114,12 @@ def _load_source(source: Path):
         from dataclasses import replace
 
         from robopt.build import available_device, section_env_options
+        from robopt.config import config_to_dict
         from robopt.evaluation import load_policy
         from robopt.experiment import load_run_config
 
         config = load_run_config(source)
+        _check_raw_observation(config_to_dict(config))
         env_id = native_twin(config.env.id)
         _, policy = load_policy(source, replace(config, device=str(available_device(config.device))))
         horizon = getattr(config.policy, "horizon", 1)
@@ -125,6 +128,17 @@ def _load_source(source: Path):
     raise ConfigError(
         f"{str(source)!r} is neither a run directory (config.yaml) nor an export directory ({SIDECAR_NAME})"
     )
+
+
+def _check_raw_observation(config: dict) -> None:
+    """A one-line ConfigError for a policy that does not act on the native env's full observation (an observation
+    history window, ``env.observe``): the transfer grid steps the raw native env."""
+    history = int((config.get("policy") or {}).get("history", 1))
+    observe = list((config.get("env") or {}).get("observe") or [])
+    if history > 1 or observe:
+        what = f"policy.history={history}" if history > 1 else f"env.observe={observe}"
+        raise ConfigError(f"evaluate-transfer steps the native env's full observation; a policy with {what} is not "
+                          "supported there")  # fmt: skip
 
 
 def _cell_params(nominal: dict, factors: dict[str, float], num_envs: int) -> dict:

@@ -126,3 +126,14 @@ def test_runtime_on_a_sim_robot_matches_the_torch_policy_on_the_env_windows(hist
     finally:
         env.close()
     assert ends == 2  # ticks 20 and 40 started new episodes, where the runtime's window restarted too
+
+
+def test_evaluate_transfer_refuses_a_window_or_a_selection_in_one_line():
+    from robopt.config import ConfigError
+    from robopt.sim2real.evaluate import _check_raw_observation
+
+    _check_raw_observation({"policy": {"history": 1}, "env": {"observe": []}})  # the full observation: accepted
+    for config, what in (({"policy": {"history": 2}}, "policy.history=2"), ({"env": {"observe": [0]}}, "observe")):
+        with pytest.raises(ConfigError, match=what) as error:
+            _check_raw_observation(config)
+        assert "\n" not in str(error.value)
