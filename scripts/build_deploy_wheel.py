@@ -52,6 +52,7 @@ MODULES = [
     "robopt/sim2real/tick_log.py",
     "robopt/sim2real/topic_robot.py",
     "robopt/sim2real/transport.py",
+    "robopt/sim2real/window.py",
     "robopt/sim2real/zenoh_link.py",
 ]
 

@@ -117,16 +117,17 @@ def build_safety(
     policy: Callable, sidecar: Sidecar, config: DeployConfig, stale_timeout: float, future_tolerance: float = 0.0
 ) -> SafetyLayer:
     """The SafetyLayer for this policy and deploy config; DeployError (one line) for a value that cannot work."""
-    obs_low = _config_vector("obs_low", config.obs_low, sidecar.obs_dim)
-    obs_high = _config_vector("obs_high", config.obs_high, sidecar.obs_dim)
+    obs_dim, (declared_low, declared_high) = sidecar.robot_obs_dim, sidecar.robot_obs_bounds  # the robot's [D]
+    obs_low = _config_vector("obs_low", config.obs_low, obs_dim)
+    obs_high = _config_vector("obs_high", config.obs_high, obs_dim)
     try:
         return SafetyLayer(
             policy,
-            sidecar.obs_dim,
+            obs_dim,
             sidecar.action_low,
             sidecar.action_high,
-            obs_low=sidecar.obs_low if obs_low is None else obs_low,
-            obs_high=sidecar.obs_high if obs_high is None else obs_high,
+            obs_low=declared_low if obs_low is None else obs_low,
+            obs_high=declared_high if obs_high is None else obs_high,
             clip_obs=config.obs_bound_action == "clip",
             max_action_delta=_config_vector("max_action_delta", config.max_action_delta, sidecar.action_dim),
             stale_timeout=stale_timeout,

@@ -110,6 +110,7 @@ def _load_source(source: Path):
                 f"{str(source)!r} is a policy with memory (state_dim {sidecar.state_dim}); evaluate-transfer runs an "
                 "export's model without state: give the run directory instead (its policy carries its state)"
             )
+        _check_raw_observation(sidecar.config)
         env_options = dict((sidecar.config.get("env") or {}).get("kwargs") or {})
         if env_id == "robot":  # the robot and its task, from the run's config in the sidecar
             env_options.update(robot=sidecar.config.get("robot"), task=sidecar.config.get("task"))
@@ -121,7 +122,7 @@ def _load_source(source: Path):
         from robopt.evaluation import load_policy
         from robopt.experiment import load_run_config
 
-        config = load_run_config(source)
+        config = load_run_config(source)  # its observation selection and history window: ``policy_view``
         env_id = native_twin(config.env.id)
         _, policy = load_policy(source, replace(config, device=str(available_device(config.device))))
         horizon = getattr(config.policy, "horizon", 1)
@@ -130,6 +131,18 @@ def _load_source(source: Path):
     raise ConfigError(
         f"{str(source)!r} is neither a run directory (config.yaml) nor an export directory ({SIDECAR_NAME})"
     )
+
+
+def _check_raw_observation(config: dict) -> None:
+    """A one-line ConfigError for an export that does not act on the native env's full observation (an observation
+    history window, ``env.observe``): its ONNX model is run on the raw native env (a run directory is wrapped as it
+    trained, ``policy_view``)."""
+    history = int((config.get("policy") or {}).get("history", 1))
+    observe = list((config.get("env") or {}).get("observe") or [])
+    if history > 1 or observe:
+        what = f"policy.history={history}" if history > 1 else f"env.observe={observe}"
+        raise ConfigError(f"evaluate-transfer runs an export on the native env's full observation; an export with "
+                          f"{what} is not supported there: give its run directory")  # fmt: skip
 
 
 def _cell_params(nominal: dict, factors: dict[str, float], num_envs: int) -> dict:

@@ -12,6 +12,10 @@ The module is ``policy.export_module()`` (normalizer and action bounds folded in
 H > 1 actions (``policy.horizon``; its env is an ``ActionChunkEnv``) is exported through
 ``robopt.sim2real.chunks.ChunkedExport`` as [B, H, A] with ``action_chunk = H`` and the per-step ``action_dim`` A,
 action bounds [A] and ``control_period`` of the inner env (one action per tick: the runtime plays the chunk).
+A policy with an observation history (``policy.history`` K > 1; its env is a ``robopt.envs.history.HistoryEnv``)
+takes the window [B, K * (D + A)]: obs_dim, obs_low/obs_high (each frame's obs and action bounds) and the parity
+observations are windows, obs_names is null, and the sidecar's ``history`` block gives K, the raw D and A and
+the layout, from which the runtime (``robopt.sim2real.window.HistoryWindow``) builds the window.
 Everything is written to a temporary directory, each model is reloaded from its file and compared with torch on
 the K observations (batched and one row at a time, max |difference| <= ``TOLERANCE``) and only then moved into
 the output directory.
@@ -107,17 +111,21 @@ def control_period(env) -> float:
     period = getattr(env, "dt", None)
     if period is None and hasattr(env, "envs"):
         period = getattr(env.envs[0].unwrapped, "dt", None)
+    if period is None and hasattr(env, "inner"):  # a wrapper (observation selection, history) of a Gymnasium env
+        return control_period(env.inner)
     if period is None:
         raise ConfigError(f"{env.env_id}: cannot tell the control period (the env has no dt)")
     return float(period)
 
 
 def _obs_bounds(env) -> tuple[list[float] | None, list[float] | None]:
-    """Declared observation bounds of a Gymnasium env when all are finite, else (None, None)."""
-    space = env.envs[0].observation_space if hasattr(env, "envs") else None
-    if space is None or not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+    """Declared observation bounds (a Gymnasium env's, through any wrapper) when all are finite, else (None, None)."""
+    from robopt.envs.observe import declared_obs_bounds
+
+    low, high = declared_obs_bounds(env)
+    if low is None or not (np.isfinite(low).all() and np.isfinite(high).all()):
         return None, None
-    return [float(v) for v in space.low.reshape(-1)], [float(v) for v in space.high.reshape(-1)]
+    return [float(v) for v in low.reshape(-1)], [float(v) for v in high.reshape(-1)]
 
 
 def _robot_block(env) -> tuple[dict | None, list[str] | None, list[str] | None]:
@@ -260,6 +268,7 @@ def export_run(
 
     from robopt.build import build_env
     from robopt.config import config_to_dict
+    from robopt.envs.history import LAYOUT, history_frames
     from robopt.sim2real.chunks import ChunkedExport, step_env
 
     run_dir = Path(run_dir)
@@ -271,6 +280,7 @@ def export_run(
     config, policy, module = load_exportable(run_dir, guidance_scale)
     env = build_env(config, num_envs=1)
     inner, horizon = step_env(env)  # what one action steps: the sidecar describes one control tick
+    raw, frames = history_frames(inner)  # what the robot observes: the runtime builds the window of K frames
     try:
         stateful = bool(getattr(policy, "recurrent", False))  # a policy with memory: its state in and out
         if stateful:
@@ -281,7 +291,10 @@ def export_run(
             obs = record_observations(policy, env, parity_steps, seed=config.seed + 20_000)
         period, (obs_low, obs_high) = control_period(inner), _obs_bounds(inner)
         env_id, action_low, action_high = inner.env_id, inner.action_low.tolist(), inner.action_high.tolist()
-        robot, obs_names, action_names = _robot_block(inner)
+        robot, obs_names, action_names = _robot_block(raw)
+        history = None if frames == 1 else {"frames": frames, "obs_dim": raw.obs_dim, "action_dim": raw.action_dim,
+                                            "layout": LAYOUT}  # fmt: skip
+        obs_names = obs_names if frames == 1 else None  # the names of the raw observation, not of the window
     finally:
         env.close()
     if horizon > 1:
@@ -303,6 +316,7 @@ def export_run(
             policy_kind=config.policy.name, env_id=env_id, obs_dim=obs.shape[1], action_dim=reference.shape[-1],
             action_low=action_low, action_high=action_high, control_period=period, files=files, action_chunk=horizon,
             obs_low=obs_low, obs_high=obs_high, robot=robot, obs_names=obs_names, action_names=action_names,
+            history=history,
             files_sha256={name: file_sha256(tmp / name) for name in [*files.values(), PARITY_NAME]},
             weights_sha256=weights_sha256(policy), robopt_version=importlib.metadata.version("robopt"),
             config=config_to_dict(config), state_dim=state_dim, format_version=3 if state_dim else 2,

@@ -98,11 +98,11 @@ def _sim_robot(spec: str, sidecar: Sidecar, realtime: bool, period: float | None
     except Exception as error:  # an unknown id, a missing simulator dependency...: the spec cannot be served
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise DeployError(f"--robot {spec!r}: cannot build the simulated robot: {message}") from None
-    if (robot.obs_dim, robot.action_dim) != (sidecar.obs_dim, sidecar.action_dim):
+    if (robot.obs_dim, robot.action_dim) != (sidecar.robot_obs_dim, sidecar.action_dim):
         robot.close()
         raise DeployError(
             f"--robot {spec!r}: the env has obs_dim {robot.obs_dim}, action_dim {robot.action_dim} but the policy "
-            f"expects {sidecar.obs_dim}, {sidecar.action_dim} (trained on {sidecar.env_id})"
+            f"expects {sidecar.robot_obs_dim}, {sidecar.action_dim} (trained on {sidecar.env_id})"
         )
     return robot
 
@@ -118,7 +118,7 @@ def _udp_robot(spec: str, sidecar: Sidecar) -> RobotInterface:
     from robopt.sim2real.network import UdpRobot
 
     try:
-        return UdpRobot(host, port, sidecar.obs_dim, sidecar.action_dim)
+        return UdpRobot(host, port, sidecar.robot_obs_dim, sidecar.action_dim)
     except (OSError, ValueError) as error:
         raise DeployError(f"--robot {spec!r}: cannot open the UDP link ({error})") from None
 
@@ -129,7 +129,7 @@ def _topic_robot(spec: str, sidecar: Sidecar, section: dict | None) -> RobotInte
     from robopt.sim2real.topic_robot import TopicRobot
 
     scheme, _, rest = spec.partition("://")
-    mapping = parse_robot_map(section, scheme, sidecar.obs_dim, sidecar.action_dim, sidecar.robot)
+    mapping = parse_robot_map(section, scheme, sidecar.robot_obs_dim, sidecar.action_dim, sidecar.robot)
     options = dict(mapping.transport)
     publications = {mapping.command.topic: (mapping.command.type, mapping.command.qos)}
     try:
@@ -156,7 +156,7 @@ def _topic_robot(spec: str, sidecar: Sidecar, section: dict | None) -> RobotInte
     except (OSError, RuntimeError) as error:  # the DDS or Zenoh library could not start its endpoints
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise DeployError(f"--robot {spec!r}: cannot open the link ({message})") from None
-    return TopicRobot(link, mapping, sidecar.obs_dim, sidecar.action_dim)
+    return TopicRobot(link, mapping, sidecar.robot_obs_dim, sidecar.action_dim)
 
 
 def parse_robot(

@@ -32,6 +32,7 @@ from robopt.sim2real.pacing import Pacer
 from robopt.sim2real.sidecar import DeployError, Sidecar
 from robopt.sim2real.stamps import Stamps
 from robopt.sim2real.tick_log import TickLog
+from robopt.sim2real.window import HistoryWindow
 
 __all__ = ["STOP_SECONDS", "ControlLoop"]
 
@@ -61,6 +62,10 @@ class ControlLoop:
     ``SafetyLayer.fail_safe()`` (flag and counter ``internal_error``). ``run`` may be called again and again;
     ``stop()`` ends the deployment (Ctrl-C in ``run`` calls it, ``deploy`` calls it at the end), ``close()`` closes
     the robot and saves the log.
+    A policy with an observation history (the sidecar's ``history``) is wrapped in a ``HistoryWindow`` unless it
+    is one: the robot sends raw observations [D] (the dims, obs checks and timing use D), every action sent is
+    recorded as the window's previous action, and the window restarts when a robot that counts its episodes
+    (``episodes_started``: a simulated robot) reports a new one, as the env's window restarts at an auto-reset.
     """
 
     def __init__(
@@ -79,30 +84,34 @@ class ControlLoop:
         self.clock, self.realtime, self.status = clock, realtime, status
         self.period = config.period or sidecar.control_period
         self.watchdog = config.watchdog_ms / 1000.0 or self.period
-        if (robot.obs_dim, robot.action_dim) != (sidecar.obs_dim, sidecar.action_dim):
+        if (robot.obs_dim, robot.action_dim) != (sidecar.robot_obs_dim, sidecar.action_dim):
             raise DeployError(
                 f"the robot has obs_dim {robot.obs_dim}, action_dim {robot.action_dim} but the policy expects "
-                f"{sidecar.obs_dim}, {sidecar.action_dim}"
+                f"{sidecar.robot_obs_dim}, {sidecar.action_dim}"
             )
+        if sidecar.state_dim and isinstance(policy, OnnxPolicy):  # memory: the state lives here, between ticks
+            policy = RecurrentPolicy(policy)
+        elif sidecar.state_dim and not callable(getattr(policy, "reset", None)):
+            raise DeployError("a policy with memory (state_dim > 0) needs a reset() that zeroes its state")
+        if sidecar.history is not None and not isinstance(policy, HistoryWindow):
+            policy = HistoryWindow.from_sidecar(policy, sidecar)
         horizon = sidecar.action_chunk
         replan_every = config.chunk_replan_every or horizon
         if replan_every > horizon:
             raise DeployError(f"deploy config: chunk_replan_every {replan_every} exceeds the action chunk H={horizon}")
-        self.policy_seconds = median_call_seconds(policy, sidecar.obs_dim)
+        self.policy_seconds = median_call_seconds(policy, sidecar.robot_obs_dim)
+        if isinstance(policy, (HistoryWindow, RecurrentPolicy)):
+            policy.reset()  # the timing calls filled its window or moved its state: a deployment starts from zero
         if self.policy_seconds > self.period:
             raise DeployError(
                 f"one policy call takes {self.policy_seconds * 1e3:.2f} ms (median at start) but the control period is "
                 f"{self.period * 1e3:.2f} ms: this machine cannot hold it; set a longer period in the deploy config"
             )
         policy_fn = policy if horizon == 1 else ChunkedPolicy(policy, horizon, replan_every)
-        if sidecar.state_dim and isinstance(policy, OnnxPolicy):  # memory: the state lives here, between ticks
-            policy_fn = RecurrentPolicy(policy)
-        elif sidecar.state_dim and not callable(getattr(policy, "reset", None)):
-            raise DeployError("a policy with memory (state_dim > 0) needs a reset() that zeroes its state")
-        self.policy_fn = policy_fn
-        self._episodes = getattr(robot, "episodes_started", None)  # a robot that reports its episode boundaries
         stale = config.stale_timeout_ms / 1000.0 or 3 * self.period
         self.safety = build_safety(policy_fn, sidecar, config, stale, future_tolerance=self.period)
+        self._sent = getattr(policy_fn, "sent", None)  # a HistoryWindow records each action sent
+        self._episode = getattr(robot, "episodes_started", None)
         if config.log_path:
             check_log_path(config.log_path)
         self.log = TickLog(config.log_capacity, sidecar.action_dim)
@@ -211,9 +220,8 @@ class ControlLoop:
             obs, obs_time = None, math.nan
         now = self.clock()
         usable = obs is not None and self.stamps.check(obs_time, now, self.ticks)
-        if self._episodes is not None:
-            self._episode_boundary()
         try:
+            self._new_episode()
             action, flags = self.safety.tick(obs, obs_time, now)
         except Exception:  # a bug in a check or a policy's reset: the safe action without the policy, rate-limited
             action, flags = self.safety.fail_safe()
@@ -231,27 +239,23 @@ class ControlLoop:
         self._window.append(compute * 1e6)
         self.ticks += 1
 
-    def _episode_boundary(self) -> None:
-        """A robot that counts ``episodes_started`` (a simulated one: its env reset): a new episode zeroes the
-        policy's memory before its first observation is used."""
-        try:
-            episodes = int(self.robot.episodes_started)
-        except Exception:  # noqa: BLE001 - a robot whose counter breaks keeps the state; the tick goes on
-            return
-        if episodes != self._episodes:
-            self._episodes = episodes
-            reset = getattr(self.policy_fn, "reset", None)
-            try:
-                if callable(reset):
-                    reset()
-            except Exception:  # noqa: BLE001 - the safety layer's checks still run; its fault path resets again
-                self.counters["robot_error"] += 1
-
     def _send(self, action: np.ndarray) -> None:
         try:
             self.robot.send(action)
         except Exception:  # the RobotInterface promises not to raise; a link that does is counted
             self.counters["robot_error"] += 1
+        if self._sent is not None:
+            self._sent(action)
+
+    def _new_episode(self) -> None:
+        """Reset the policy (its window, chunk or memory) when the robot reports a new episode (``episodes_started``):
+        no state is carried across an episode boundary."""
+        episode = getattr(self.robot, "episodes_started", None)
+        if episode != self._episode:
+            self._episode = episode
+            reset = getattr(self.safety.policy, "reset", None)
+            if callable(reset):
+                reset()
 
     def _maybe_status(self) -> None:
         now = self.clock()

@@ -24,6 +24,10 @@ Torch-free (stdlib only). Fields (format_version 2; version 1 files, without ``r
     state_dim          M > 0: a policy with memory (format_version 3, so that a runtime that cannot carry state
                        refuses it): the model also takes "state" [B, M] (onnx_state_input) and returns "next_state"
                        [B, M] (onnx_state_output); zeros at an episode start. 0: a memoryless policy
+    history            an observation history (``policy.history`` K > 1; robopt.envs.history): {"frames": K,
+                       "obs_dim": D, "action_dim": A, "layout": HISTORY_LAYOUT}; the model's input (obs_dim, obs_low,
+                       obs_high, obs_names) is then the window K * (D + A) while the robot sends raw observations [D]
+                       (``robot_obs_dim``); null without one (and in files written before it existed)
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from pathlib import Path
 
 FORMAT, FORMAT_VERSION, SIDECAR_NAME = "robopt-policy", 2, "policy.json"
 READABLE_VERSIONS = (1, 2, 3)  # version 2 added ``robot``; 3 is a policy with memory (``state_dim`` > 0)
+HISTORY_LAYOUT = "frames oldest first: [obs, previous action]"  # robopt.envs.history.LAYOUT
 
 
 class DeployError(ValueError):
@@ -67,11 +72,28 @@ class Sidecar:
     state_dim: int = 0
     onnx_state_input: str = "state"
     onnx_state_output: str = "next_state"
+    history: dict | None = None
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
         check_sidecar(self)
+
+    @property
+    def robot_obs_dim(self) -> int:
+        """D of the observation the robot sends: ``history["obs_dim"]`` with an observation history, else obs_dim."""
+        return self.history["obs_dim"] if self.history is not None else self.obs_dim
+
+    @property
+    def robot_obs_bounds(self) -> tuple[list[float] | None, list[float] | None]:
+        """Declared bounds [D] of the observation the robot sends: obs_low/obs_high, or with a history the first
+        frame's obs part of the window's bounds (every frame declares the same)."""
+        if self.history is None:
+            return self.obs_low, self.obs_high
+        dim = self.history["obs_dim"]
+        return (None if self.obs_low is None else self.obs_low[:dim]), (
+            None if self.obs_high is None else self.obs_high[:dim]
+        )
 
 
 def _fail(message: str) -> None:
@@ -155,11 +177,41 @@ def check_sidecar(s: Sidecar) -> None:
         _fail(f"control_period must be a positive number of seconds, got {period!r}")
     if not isinstance(s.files, dict) or not s.files or not set(s.files) <= {"onnx", "torchscript"}:
         _fail(f"files must map onnx and/or torchscript to file names, got {s.files!r}")
+    if s.history is not None:
+        _check_history(s)
+
+
+def _check_history(s: Sidecar) -> None:
+    """The history block: frames, obs_dim (D) and action_dim (A) integers >= 1 whose window K * (D + A) is
+    obs_dim, action_dim the sidecar's, the one layout, and no action chunk."""
+    history = s.history
+    keys = {"frames", "obs_dim", "action_dim", "layout"}
+    if not isinstance(history, dict) or set(history) != keys:
+        _fail(f"history must be null or an object with keys {sorted(keys)}, got {history!r:.120}")
+    for name in ("frames", "obs_dim", "action_dim"):
+        value = history[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            _fail(f"history.{name} must be an integer >= 1, got {value!r}")
+    frames, obs_dim, action_dim = history["frames"], history["obs_dim"], history["action_dim"]
+    if history["layout"] != HISTORY_LAYOUT:
+        _fail(f"history.layout {history['layout']!r:.80} is not the one this runtime reads ({HISTORY_LAYOUT!r})")
+    if action_dim != s.action_dim or frames * (obs_dim + action_dim) != s.obs_dim:
+        window = frames * (obs_dim + action_dim)
+        _fail(f"history of {frames} frames of obs_dim {obs_dim}, action_dim {action_dim} needs obs_dim {window} and "
+              f"action_dim {action_dim}, got {s.obs_dim} and {s.action_dim}")  # fmt: skip
+    if s.action_chunk != 1:
+        _fail(f"history needs action_chunk 1 (one action per control tick), got {s.action_chunk}")
 
 
 def write_sidecar(directory: Path, sidecar: Sidecar) -> Path:
     path = Path(directory) / SIDECAR_NAME
-    path.write_text(json.dumps(asdict(sidecar), indent=2, sort_keys=True))
+    data = asdict(sidecar)
+    if data["history"] is None:  # written only when present: a runtime from before the field still reads the file
+        del data["history"]
+    if data["state_dim"] == 0:  # likewise the state of a policy with memory (format_version 3 when present)
+        for name in ("state_dim", "onnx_state_input", "onnx_state_output"):
+            del data[name]
+    path.write_text(json.dumps(data, indent=2, sort_keys=True))
     return path
 
 

@@ -2,7 +2,9 @@
 
 A source that is a YAML config file or a run directory builds that config's env (a robot from its description,
 ``env.id: robot``, needs its ``robot`` and ``task`` sections; any other config works the same); anything else is
-an env id for ``make_env``. One env row on the CPU (torch and the simulators are imported here, never by the
+an env id for ``make_env``. A config's env is the robot's side of it (``build_env(policy_side=False)``: its
+``env.observe`` selection, no observation history window, no action chunks: the robot sends raw observations and
+takes one action per tick). One env row on the CPU (torch and the simulators are imported here, never by the
 torch-free runtime).
 """
 
@@ -29,4 +31,4 @@ def make_sim_env(source: str):
 
     path = Path(source)
     config = load_run_config(path) if path.is_dir() else load_config(path)
-    return build_env(replace(config, device="cpu"), num_envs=1)
+    return build_env(replace(config, device="cpu"), num_envs=1, policy_side=False)

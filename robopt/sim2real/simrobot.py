@@ -9,6 +9,9 @@ fast and deterministic for tests; ``clock()`` is then that virtual time). Faults
                      measurement time, so the runtime sees its true age
     dropped packets  each observation is lost with probability ``drop`` (counted in ``counters["dropped"]``)
 Episodes restart automatically (the VecEnv auto-resets); finished episodes' returns go to ``episode_returns``.
+``episodes_started`` counts the episodes started after the first, as of the latest readable measurement (it
+changes when ``read`` first returns an observation of a new episode), so a control loop can reset a policy's
+state (an observation history window) exactly when the robot's episode restarts.
 """
 
 from __future__ import annotations
@@ -54,8 +57,9 @@ class SimRobot:
         self._lock = threading.Lock()
         self._pending: deque[tuple[int, np.ndarray]] = deque()  # (tick it applies from, action [A])
         self._applied = np.clip(np.zeros(self.action_dim), self.action_low, self.action_high)  # [A]
-        self._in_flight: deque[tuple[float, np.ndarray]] = deque()  # (measure time, obs [D])
-        self._latest: tuple[float, np.ndarray] | None = None
+        self._in_flight: deque[tuple[float, np.ndarray, int]] = deque()  # (measure time, obs [D], episode)
+        self._latest: tuple[float, np.ndarray, int] | None = None
+        self._episodes, self.episodes_started = 0, 0  # episodes started (auto-resets): by the env, as measured
         self._tick, self._virtual_time, self._closed = 0, 0.0, False
         self._measure(self.env.reset(seed=seed)[0].cpu().numpy())
         self._stop = threading.Event()
@@ -75,6 +79,7 @@ class SimRobot:
                 self._latest = self._in_flight.popleft()
             if self._latest is None:
                 return None, math.nan
+            self.episodes_started = self._latest[2]
             return self._latest[1].copy(), self._latest[0]
 
     def send(self, action: np.ndarray) -> None:
@@ -131,9 +136,11 @@ class SimRobot:
         except Exception:  # a diverged simulation (NonFiniteError...): start a new episode, as a robot would be reset
             self.counters["sim_error"] += 1
             obs = self.env.reset()
+            self._episodes += 1
         else:
             if bool(terminated[0] or truncated[0]):
                 self.episode_returns.append(float(info["episode_return"][0]))
+                self._episodes += 1
         self.counters["steps"] += 1
         if not self.realtime:
             self._virtual_time += self.period
@@ -147,4 +154,4 @@ class SimRobot:
             self.counters["dropped"] += 1
             return
         with self._lock:
-            self._in_flight.append((self.clock(), obs))
+            self._in_flight.append((self.clock(), obs, self._episodes))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from robopt.build import build_loop, build_policy
 from robopt.buffers.rollout import critic_value
+from robopt.build import build_loop, build_policy
 from robopt.config import ExperimentConfig, build_dataclass, config_to_dict
 from robopt.evaluation import evaluate_policy
 from robopt.experiment import load_config
@@ -63,7 +63,9 @@ def test_stored_state_is_zero_at_episode_starts_and_carried_otherwise():
     assert (state[1:][~starts[1:]].abs().sum(-1) > 0).all()  # a carried state is a GRU's output, never all zero
 
 
-@pytest.mark.parametrize("algo", [{"name": "ppo", "minibatch_size": 128}, {"name": "trpo", "critic_minibatch_size": 64}])  # noqa: E501
+@pytest.mark.parametrize(
+    "algo", [{"name": "ppo", "minibatch_size": 128}, {"name": "trpo", "critic_minibatch_size": 64}]
+)  # noqa: E501
 def test_ppo_and_trpo_update_on_sequences(algo):
     config = _config(algo=algo)
     loop = build_loop(config, initialize=True)
@@ -105,8 +107,7 @@ def test_evaluation_carries_and_resets_the_state():
 @pytest.mark.parametrize(
     "changes,message",
     [
-        ({"algo": {"name": "sac"}}, "needs an algorithm that trains on sequences with the policy's state \\(ppo, trpo\\); "
-         "algo.name=sac cannot use it"),
+        ({"algo": {"name": "sac"}}, "with the policy.s state \\(ppo, trpo\\); algo.name=sac cannot"),
         ({"policy": {"recurrent": {"type": "gru", "sequence_length": 512}}},
          "sequence_length=512 must divide the rollout \\(rollout.num_steps=256\\) and is longer than it"),
         ({"algo": {"minibatch_size": 100}}, "minibatch_size=100 is not a whole number of sequences"),
