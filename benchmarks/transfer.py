@@ -3,6 +3,8 @@ policy evaluated on the same grids of perturbed dynamics with ``robopt evaluate-
 
     .venv/bin/python benchmarks/transfer.py --task Hopper --seeds 0 1 2 --run-root runs/transfer
     .venv/bin/python benchmarks/transfer.py --task Walker2d --seeds 0 1 2 --run-root runs/transfer --episodes 10
+    .venv/bin/python benchmarks/transfer.py --grids motor_x_delay --arm memoryless=configs/ppo_hopper_delay.yaml \
+        --arm history=configs/ppo_hopper_delay_history.yaml --arm gru=configs/ppo_hopper_delay_gru.yaml
 
 Arms: ``configs/ppo_<task>_fast.yaml`` (no randomization) and ``configs/ppo_<task>_fast_randomized.yaml`` (mass with
 inertia, friction, motor strength, actuator delay 0-2 ticks, observation noise, random pushes; privileged critic).
@@ -107,11 +109,16 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--keep", type=float, default=0.8, help="fraction of the nominal return a cell must keep")
     parser.add_argument("--out", type=Path, default=Path("transfer"))
+    parser.add_argument("--arm", action="append", default=[], metavar="NAME=CONFIG",
+                        help="an arm and its config (repeat); default: the task's nominal and randomized configs")
     args = parser.parse_args()
     arms = {arm: f"configs/ppo_{args.task.lower()}_fast{suffix}.yaml"
             for arm, suffix in (("nominal", ""), ("randomized", "_randomized"))}  # fmt: skip
-    runs = {arm: [run_dir_of(config, seed, args.steps, args.run_root) for seed in args.seeds]
-            for arm, config in arms.items()}  # fmt: skip
+    if args.arm:  # NAME=CONFIG arms in place of the two above (the memory study: docs/memory.md)
+        arms = dict(arm.split("=", 1) for arm in args.arm)
+    trained = {(arm, seed): run_dir_of(config, seed, args.steps, args.run_root)
+               for seed in args.seeds for arm, config in arms.items()}  # seed by seed: whole seeds first  # fmt: skip
+    runs = {arm: [trained[arm, seed] for seed in args.seeds] for arm in arms}
     summary: dict = {"task": args.task, "steps": args.steps, "seeds": args.seeds, "keep": args.keep, "grids": {}}
     for grid_name in args.grids:
         grid = parse_grid(GRIDS[grid_name])

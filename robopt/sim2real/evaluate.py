@@ -101,15 +101,19 @@ def _load_source(source: Path):
         from robopt.sim2real.model import load_export
 
         try:
+            state_dim = read_sidecar(source).state_dim
+        except DeployError as error:
+            raise ConfigError(str(error)) from None
+        if state_dim:
+            raise ConfigError(
+                f"{str(source)!r} is a policy with memory (state_dim {state_dim}); evaluate-transfer runs an export's "
+                "model without state: give the run directory instead (its policy carries its state)"
+            )
+        try:
             env_id = native_twin(read_sidecar(source).env_id)
             sidecar, model = load_export(source)
         except DeployError as error:
             raise ConfigError(str(error)) from None
-        if sidecar.state_dim:
-            raise ConfigError(
-                f"{str(source)!r} is a policy with memory (state_dim {sidecar.state_dim}); evaluate-transfer runs an "
-                "export's model without state: give the run directory instead (its policy carries its state)"
-            )
         _check_raw_observation(sidecar.config)
         env_options = dict((sidecar.config.get("env") or {}).get("kwargs") or {})
         if env_id == "robot":  # the robot and its task, from the run's config in the sidecar

@@ -1,0 +1,146 @@
+"""A policy with memory (policy.recurrent) exported with its state and carried by the deploy runtime.
+
+Nothing is trained: a GRU Gaussian policy with random weights on Pendulum-v1 (D = 3, A = 1, torque in [-2, 2],
+episodes cut at 20 steps so that sequences cross resets) is saved as a run directory and exported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from robopt.build import LAST_CHECKPOINT, build_env, build_policy
+from robopt.checkpoint import save_checkpoint
+from robopt.config import ConfigError, config_to_dict, load_config
+from robopt.policies.recurrent import PolicyActor
+from robopt.sim2real.sidecar import DeployError
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")
+
+ROOT = Path(__file__).parents[2]
+HIDDEN = 16
+
+
+@pytest.fixture(scope="module")
+def recurrent_run(tmp_path_factory):
+    """(run dir, config, policy, export report) of an untrained GRU policy saved as a run and exported (200 steps)."""
+    from robopt.sim2real.export import export_run
+
+    config = load_config(
+        ROOT / "configs" / "ppo_pendulum.yaml",
+        ["env.num_envs=1", "policy.hidden=[16]", f"policy.recurrent={{type: gru, hidden: {HIDDEN}}}",
+         "env.kwargs={max_episode_steps: 20}"],
+    )  # fmt: skip
+    run_dir = tmp_path_factory.mktemp("run")
+    torch.manual_seed(0)
+    env = build_env(config)
+    policy = build_policy(config, env)
+    env.close()
+    with torch.no_grad():
+        for parameter in policy.memory.parameters():
+            parameter.normal_(0.0, 0.5)  # a memory that matters: the action depends on the past, not only on obs
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    save_checkpoint(run_dir / LAST_CHECKPOINT, {"loop": {"policy": policy.state_dict()}})
+    return run_dir, config, policy.eval(), export_run(run_dir)
+
+
+def test_export_carries_the_state_and_checks_a_200_step_sequence(recurrent_run):
+    _, _, _, report = recurrent_run
+    sidecar = report.sidecar
+    assert (sidecar.state_dim, sidecar.format_version, sidecar.action_chunk) == (HIDDEN, 3, 1)
+    assert report.parity_observations == 200 and set(report.formats) == {"onnx", "torchscript"}
+    assert max(report.max_difference.values()) <= 1e-5
+    with np.load(report.out_dir / "parity.npz") as parity:
+        starts, state = parity["episode_start"], parity["state"]
+    assert starts.shape == (200,) and np.flatnonzero(starts).tolist() == list(range(0, 200, 20))  # 20-step episodes
+    assert (state[starts] == 0).all() and (np.abs(state[~starts]).sum(-1) > 0).all()
+
+
+def test_exported_files_step_like_torch(recurrent_run):
+    """ONNX Runtime and TorchScript stepped 200 times with their own state equal the torch policy within 1e-5."""
+    from robopt.sim2real.export_state import loaded_call, step_sequence
+
+    _, _, _, report = recurrent_run
+    with np.load(report.out_dir / "parity.npz") as parity:
+        obs, starts, expected = parity["obs"], parity["episode_start"], parity["action"]
+    for fmt, name in (("onnx", "policy.onnx"), ("torchscript", "policy.pt")):
+        actions, _ = step_sequence(loaded_call(fmt, report.out_dir / name), obs, starts, HIDDEN)
+        assert np.abs(actions - expected).max() <= 1e-5, fmt
+
+
+def test_runtime_on_a_sim_robot_matches_the_torch_policy_with_its_state(recurrent_run):
+    from robopt.sim2real.model import RecurrentPolicy, load_export
+    from robopt.sim2real.runtime import ControlLoop
+    from robopt.sim2real.simrobot import SimRobot
+
+    run_dir, config, policy, report = recurrent_run
+    sidecar, model = load_export(report.out_dir)
+    robot = SimRobot(str(run_dir), sidecar.control_period, seed=5, realtime=False)
+    loop = ControlLoop(model, robot, sidecar, clock=robot.clock, realtime=False)
+    assert isinstance(loop.safety.policy, RecurrentPolicy) and not loop.safety.policy.state.any()  # zero at start
+    loop.run(ticks=50)
+    sent = loop.log.records()["action"].reshape(50, 1)
+    assert robot.episodes_started == 2 and loop.all_counters()["safe_action"] == 0
+    loop.close()
+    env = build_env(replace(config, device="cpu"), num_envs=1)
+    actor, obs = PolicyActor(policy, 1), env.reset(seed=5)
+    try:
+        for tick in range(50):
+            with torch.no_grad():
+                expected = actor.act(obs, deterministic=True)[0].clamp(-2.0, 2.0)
+            assert np.abs(sent[tick] - expected[0].numpy()).max() <= 1e-5, tick  # the state was reset at 20 and 40
+            obs, _, terminated, truncated, _ = env.step(torch.as_tensor(sent[tick : tick + 1], dtype=torch.float32))
+            actor.episode_ended(terminated | truncated)
+    finally:
+        env.close()
+
+
+def test_state_is_zeroed_after_a_fault_and_an_estop_and_never_carried(recurrent_run):
+    from robopt.sim2real.model import RecurrentPolicy, load_export
+    from robopt.sim2real.safety import NO_OBS, SafetyLayer
+
+    _, _, _, report = recurrent_run
+    sidecar, model = load_export(report.out_dir)
+    memory = RecurrentPolicy(model)
+    layer = SafetyLayer(memory, 3, np.array([-2.0]), np.array([2.0]), stale_timeout=1.0)
+    obs = np.array([1.0, 0.0, 0.5])
+    first, _ = layer.tick(obs, 0.0, 0.0)
+    second, _ = layer.tick(obs, 0.0, 0.0)
+    assert memory.state.any() and not np.allclose(first, second)  # the same obs, another state: another action
+    _, flags = layer.tick(None, float("nan"), 0.0)  # the link lost: a fault resets the memory
+    assert flags & NO_OBS and not memory.state.any()
+    again, _ = layer.tick(obs, 0.0, 0.0)
+    np.testing.assert_array_equal(again, first)  # as from the start: nothing carried across the fault
+    layer.tick(obs, 0.0, 0.0)
+    layer.estop()
+    layer.reset()  # releasing the e-stop starts the policy afresh
+    assert not memory.state.any()
+
+
+def test_bad_inputs_are_one_line(recurrent_run, tmp_path):
+    from robopt.sim2real.evaluate import evaluate_transfer
+    from robopt.sim2real.model import OnnxPolicy
+    from robopt.sim2real.sidecar import read_sidecar
+
+    _, _, _, report = recurrent_run
+    sidecar = read_sidecar(report.out_dir)
+    checks = [
+        (DeployError, "policy with memory is version 3", lambda: replace(sidecar, format_version=2)),
+        (DeployError, "state_dim must be an integer >= 0", lambda: replace(sidecar, state_dim=-1)),
+        # a runtime told the model is memoryless finds the state input in the graph
+        (DeployError, "exported without its state", lambda: OnnxPolicy(report.out_dir / "policy.onnx",
+                                                                         replace(sidecar, state_dim=0, format_version=2))),
+        (ConfigError, "give the run directory instead", lambda: evaluate_transfer(
+            report.out_dir, {"body_mass": [1.0]}, episodes=1, out=tmp_path / "t")),
+    ]  # fmt: skip
+    for error_type, message, call in checks:
+        with pytest.raises(error_type, match=message) as error:
+            call()
+        assert "\n" not in str(error.value)
