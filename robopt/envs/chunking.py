@@ -43,6 +43,7 @@ import torch
 
 from robopt.core.protocols import VecEnv
 from robopt.envs.native_env import check_action
+from robopt.envs.wrapper import WrappedEnv
 
 __all__ = ["ActionChunkEnv", "neutral_action"]
 
@@ -57,7 +58,7 @@ def neutral_action(low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
     return torch.where(finite, midpoint, zero)
 
 
-class ActionChunkEnv:
+class ActionChunkEnv(WrappedEnv):
     """``env`` stepped H sub-steps per ``step``; implements ``robopt.core.protocols.VecEnv`` (see the module doc)."""
 
     def __init__(self, env: VecEnv, horizon: int) -> None:
@@ -73,25 +74,11 @@ class ActionChunkEnv:
             self.dt = env.dt * horizon
         if getattr(env, "max_episode_steps", None) is not None:
             self.max_episode_steps = -(-env.max_episode_steps // horizon)
-        for name in _PASS_THROUGH:  # instance attributes only: absent when the inner env lacks them (hasattr)
-            if hasattr(env, name):
-                setattr(self, name, getattr(env, name))
-
-    @property
-    def num_envs(self) -> int:
-        return self.inner.num_envs
+        self.pass_through(_PASS_THROUGH)
 
     @property
     def obs_dim(self) -> int:
         return self.inner.obs_dim
-
-    @property
-    def device(self) -> torch.device:
-        return self.inner.device
-
-    @property
-    def env_id(self) -> str:
-        return self.inner.env_id
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         """Reset every inner env; returns obs [N, D]."""
@@ -128,10 +115,6 @@ class ActionChunkEnv:
             out[key] = torch.where(_rows(ended, value), captured[key], value) if key in captured else value
         out["final_obs"] = torch.where(ended[:, None], captured["final_obs"], obs)
         return obs, total, terminated, truncated, out
-
-    def close(self) -> None:
-        """Close the inner env."""
-        self.inner.close()
 
 
 def _per_row(value: object, num_envs: int) -> bool:

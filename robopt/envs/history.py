@@ -35,6 +35,7 @@ import torch
 from robopt.core.protocols import VecEnv
 from robopt.envs.native_env import check_action
 from robopt.envs.observe import declared_obs_bounds
+from robopt.envs.wrapper import WrappedEnv
 from robopt.options import ConfigError
 
 __all__ = ["HistoryEnv", "LAYOUT", "history_frames"]
@@ -43,7 +44,7 @@ LAYOUT = "frames oldest first: [obs, previous action]"  # the sidecar's history[
 _PASS_THROUGH = ("privileged_obs", "privileged_dim", "render", "dt", "max_episode_steps")
 
 
-class HistoryEnv:
+class HistoryEnv(WrappedEnv):
     """``env`` observed as a window of its last K frames; implements ``robopt.core.protocols.VecEnv``."""
 
     def __init__(self, env: VecEnv, frames: int) -> None:
@@ -61,23 +62,9 @@ class HistoryEnv:
         zero = torch.zeros_like(env.action_low)
         self._zero_action = torch.maximum(torch.minimum(zero, env.action_high), env.action_low)  # [A]
         self._window: torch.Tensor | None = None  # [N, K, F]
-        for name in _PASS_THROUGH:  # instance attributes only: absent when the inner env lacks them (hasattr)
-            if hasattr(env, name):
-                setattr(self, name, getattr(env, name))
+        self.pass_through(_PASS_THROUGH)
         if hasattr(env, "state_dict") and hasattr(env, "load_state_dict"):
             self.state_dict, self.load_state_dict = self._state_dict, self._load_state_dict
-
-    @property
-    def num_envs(self) -> int:
-        return self.inner.num_envs
-
-    @property
-    def device(self) -> torch.device:
-        return self.inner.device
-
-    @property
-    def env_id(self) -> str:
-        return self.inner.env_id
 
     def _fresh(self, obs: torch.Tensor) -> torch.Tensor:
         """The window [N, K, F] of episodes starting at obs [N, D]: K frames [obs, zero action clipped]."""
@@ -135,10 +122,6 @@ class HistoryEnv:
                 f"[{self.num_envs}, {self.frames}, {self.frame_dim}]"
             )
         self._window = window.clone()
-
-    def close(self) -> None:
-        """Close the inner env."""
-        self.inner.close()
 
 
 def history_frames(env) -> tuple[object, int]:

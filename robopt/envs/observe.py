@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from robopt.core.protocols import VecEnv
+from robopt.envs.wrapper import WrappedEnv
 from robopt.options import ConfigError
 
 __all__ = ["ObservationSelectEnv", "declared_obs_bounds"]
@@ -49,7 +50,7 @@ def declared_obs_bounds(env) -> tuple[np.ndarray | None, np.ndarray | None]:
     return np.asarray(space.low, dtype=np.float64).reshape(-1), np.asarray(space.high, dtype=np.float64).reshape(-1)
 
 
-class ObservationSelectEnv:
+class ObservationSelectEnv(WrappedEnv):
     """``env`` with only the observation indices ``indices``; implements ``robopt.core.protocols.VecEnv``."""
 
     def __init__(self, env: VecEnv, indices: Sequence[int]) -> None:
@@ -66,21 +67,7 @@ class ObservationSelectEnv:
         self._index = torch.as_tensor(indices, dtype=torch.long, device=env.device)  # [S]
         self.obs_dim = len(indices)
         self.action_dim, self.action_low, self.action_high = env.action_dim, env.action_low, env.action_high
-        for name in _PASS_THROUGH:  # instance attributes only: absent when the inner env lacks them (hasattr)
-            if hasattr(env, name):
-                setattr(self, name, getattr(env, name))
-
-    @property
-    def num_envs(self) -> int:
-        return self.inner.num_envs
-
-    @property
-    def device(self) -> torch.device:
-        return self.inner.device
-
-    @property
-    def env_id(self) -> str:
-        return self.inner.env_id
+        self.pass_through(_PASS_THROUGH)
 
     def _select(self, obs: torch.Tensor) -> torch.Tensor:
         return obs.index_select(-1, self._index.to(obs.device))  # [N, S]: a fresh tensor
@@ -102,7 +89,3 @@ class ObservationSelectEnv:
         if low is None:
             return None, None
         return low[list(self.indices)], high[list(self.indices)]
-
-    def close(self) -> None:
-        """Close the inner env."""
-        self.inner.close()
