@@ -53,7 +53,13 @@ class OnnxPolicy:
             raise DeployError(
                 f"policy.json names inputs {sorted(wanted_in)} and outputs {sorted(wanted_out)} but the ONNX graph has "
                 f"inputs {sorted(inputs)} and outputs {sorted(outputs)}"
-                + (" (a policy with memory exported without its state?)" if len(inputs) != len(wanted_in) else "")
+                + (
+                    " (a graph that carries a state the sidecar does not declare: state_dim?)"
+                    if len(inputs) > len(wanted_in)
+                    else " (a policy with memory exported without its state?)"
+                    if len(inputs) < len(wanted_in)
+                    else ""
+                )
             )
         width = inputs[self.input_name].shape[-1] if inputs[self.input_name].shape else None
         if isinstance(width, int) and width != self.obs_dim:

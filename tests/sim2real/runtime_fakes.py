@@ -78,3 +78,25 @@ def wait_until(condition, timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.002)
     return condition()
+
+
+def untrained_run(config, run_dir, module: str):
+    """A run directory holding ``config`` and an untrained policy whose ``module`` parameters are redrawn from
+    N(0, 0.5^2) (far from zero, so the action reads every input); returns the policy (eval mode)."""
+    import torch
+    import yaml
+
+    from robopt.build import LAST_CHECKPOINT, build_env, build_policy
+    from robopt.checkpoint import save_checkpoint
+    from robopt.config import config_to_dict
+
+    torch.manual_seed(0)
+    env = build_env(config)
+    policy = build_policy(config, env)
+    env.close()
+    with torch.no_grad():
+        for parameter in getattr(policy, module).parameters():
+            parameter.normal_(0.0, 0.5)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    save_checkpoint(run_dir / LAST_CHECKPOINT, {"loop": {"policy": policy.state_dict()}})
+    return policy.eval()

@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
+from runtime_fakes import untrained_run
 
-from robopt.build import LAST_CHECKPOINT, build_env, build_policy
-from robopt.checkpoint import save_checkpoint
-from robopt.config import ConfigError, config_to_dict, load_config
+from robopt.build import build_env
+from robopt.config import ConfigError, load_config
 from robopt.policies.recurrent import PolicyActor
 from robopt.sim2real.sidecar import DeployError
 
@@ -39,16 +38,8 @@ def recurrent_run(tmp_path_factory):
          "env.kwargs={max_episode_steps: 20}"],
     )  # fmt: skip
     run_dir = tmp_path_factory.mktemp("run")
-    torch.manual_seed(0)
-    env = build_env(config)
-    policy = build_policy(config, env)
-    env.close()
-    with torch.no_grad():
-        for parameter in policy.memory.parameters():
-            parameter.normal_(0.0, 0.5)  # a memory that matters: the action depends on the past, not only on obs
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
-    save_checkpoint(run_dir / LAST_CHECKPOINT, {"loop": {"policy": policy.state_dict()}})
-    return run_dir, config, policy.eval(), export_run(run_dir)
+    policy = untrained_run(config, run_dir, "memory")  # a memory that matters: the action depends on the past
+    return run_dir, config, policy, export_run(run_dir)
 
 
 def test_export_carries_the_state_and_checks_a_200_step_sequence(recurrent_run):
@@ -135,8 +126,8 @@ def test_bad_inputs_are_one_line(recurrent_run, tmp_path):
         (DeployError, "policy with memory is version 3", lambda: replace(sidecar, format_version=2)),
         (DeployError, "state_dim must be an integer >= 0", lambda: replace(sidecar, state_dim=-1)),
         # a runtime told the model is memoryless finds the state input in the graph
-        (DeployError, "exported without its state", lambda: OnnxPolicy(report.out_dir / "policy.onnx",
-                                                                         replace(sidecar, state_dim=0, format_version=2))),
+        (DeployError, "carries a state the sidecar does not declare", lambda: OnnxPolicy(
+            report.out_dir / "policy.onnx", replace(sidecar, state_dim=0, format_version=2))),
         (ConfigError, "give the run directory instead", lambda: evaluate_transfer(
             report.out_dir, {"body_mass": [1.0]}, episodes=1, out=tmp_path / "t")),
     ]  # fmt: skip

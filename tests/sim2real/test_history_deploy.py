@@ -15,12 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
-from runtime_fakes import pendulum_sidecar
+from runtime_fakes import pendulum_sidecar, untrained_run
 
-from robopt.build import LAST_CHECKPOINT, build_env, build_policy
-from robopt.checkpoint import save_checkpoint
-from robopt.config import config_to_dict, load_config
+from robopt.build import build_env
+from robopt.config import load_config
 from robopt.envs.history import LAYOUT
 from robopt.sim2real.sidecar import HISTORY_LAYOUT, DeployError, read_sidecar, write_sidecar
 from robopt.sim2real.window import HistoryWindow
@@ -79,16 +77,8 @@ def history_run(tmp_path_factory):
         ["env.num_envs=1", f"policy.history={K}", "policy.hidden=[16]", "env.kwargs={max_episode_steps: 20}"],
     )
     run_dir = tmp_path_factory.mktemp("run")
-    torch.manual_seed(0)
-    env = build_env(config)
-    policy = build_policy(config, env)
-    env.close()
-    with torch.no_grad():
-        for parameter in policy.mean_net.parameters():
-            parameter.normal_(0.0, 0.5)  # an untrained policy far from zero that reads every frame
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
-    save_checkpoint(run_dir / LAST_CHECKPOINT, {"loop": {"policy": policy.state_dict()}})
-    return run_dir, config, policy.eval(), export_run(run_dir, formats=("onnx",), parity_steps=8)
+    policy = untrained_run(config, run_dir, "mean_net")
+    return run_dir, config, policy, export_run(run_dir, formats=("onnx",), parity_steps=8)
 
 
 def test_export_writes_the_window_and_its_history_block(history_run):
