@@ -1,18 +1,23 @@
-"""Memory on a partially observed task: Pendulum-v1 seen through cos and sin of its angle, no angular velocity.
+"""Memory on partially observed tasks: positions only, no velocities.
 
-Arms, each trained for the same env steps and seeds with PPO (configs/ppo_pendulum*.yaml, 4 envs):
-    full      the fully observed task, memoryless MLP (configs/ppo_pendulum.yaml)
-    partial   positions only, memoryless MLP (configs/ppo_pendulum_partial.yaml)
+--task pendulum: Pendulum-v1 seen through cos and sin of its angle (configs/ppo_pendulum*.yaml, 4 envs);
+--task hopper: native Hopper seen through its 5 joint and torso positions, not its 6 velocities
+(configs/ppo_hopper_fast.yaml with env.observe, 64 envs). Arms, each trained for the same env steps and seeds by PPO:
+    full      the fully observed task, memoryless MLP
+    partial   positions only, memoryless MLP
     history   positions only, a window of the last K steps' observations and actions (policy.history=K)
-    gru       positions only, a GRU actor-critic (configs/ppo_pendulum_partial_gru.yaml)
-    sb3_lstm  positions only, SB3-contrib's RecurrentPPO ("MlpLstmPolicy") at its defaults on 4 envs (--no-sb3: off)
+    gru       positions only, a GRU actor-critic (Pendulum: configs/ppo_pendulum_partial_gru.yaml, GRU 64;
+              Hopper: GRU 128, sequences of 16)
+    sb3_lstm  Pendulum only: positions only, SB3-contrib's RecurrentPPO ("MlpLstmPolicy") at its defaults on 4 envs
 
 Printed per arm: the deterministic return at the end (10 episodes, mean over seeds +- std), the env steps at which
 the training episode return first reached --threshold (per seed; "-" never), and env steps per second of wall-clock
 (the whole run, updates included). Arms run one after the other in this process: a learning result, and a speed
 comparison only as fair as the machine was quiet (say what else ran).
 
-    .venv/bin/python benchmarks/memory_pendulum.py --steps 100000 --seeds 0 1 2 --run-root /tmp/memory_bench
+    .venv/bin/python benchmarks/memory_partial.py --steps 100000 --seeds 0 1 2 --run-root /tmp/memory_bench
+    .venv/bin/python benchmarks/memory_partial.py --task hopper --steps 1000000 --seeds 0 --threshold 1000 \
+        --arms full partial history gru
 """
 
 from __future__ import annotations
@@ -30,21 +35,32 @@ from robopt.config import ExperimentConfig, build_dataclass, config_to_dict
 from robopt.experiment import load_config
 from robopt.runner import train
 
-ARMS = {
-    "full": ("configs/ppo_pendulum.yaml", {}),
-    "partial": ("configs/ppo_pendulum_partial.yaml", {}),
-    "history": ("configs/ppo_pendulum_partial.yaml", {"history": 4}),
-    "gru": ("configs/ppo_pendulum_partial_gru.yaml", {}),
+HOPPER_POSITIONS = [0, 1, 2, 3, 4]  # native Hopper's qpos[1:]; 5..10 are the velocities
+GRU_128 = {"type": "gru", "hidden": 128, "sequence_length": 16}
+ARMS = {  # (config, env.observe, policy changes); "history" is --history
+    "pendulum": {
+        "full": ("configs/ppo_pendulum.yaml", None, {}),
+        "partial": ("configs/ppo_pendulum_partial.yaml", None, {}),
+        "history": ("configs/ppo_pendulum_partial.yaml", None, {"history": None}),
+        "gru": ("configs/ppo_pendulum_partial_gru.yaml", None, {}),
+    },
+    "hopper": {
+        "full": ("configs/ppo_hopper_fast.yaml", None, {}),
+        "partial": ("configs/ppo_hopper_fast.yaml", HOPPER_POSITIONS, {}),
+        "history": ("configs/ppo_hopper_fast.yaml", HOPPER_POSITIONS, {"history": None}),
+        "gru": ("configs/ppo_hopper_fast.yaml", HOPPER_POSITIONS, {"recurrent": GRU_128}),
+    },
 }
 
 
-def robopt_arm(name: str, seed: int, steps: int, run_root: str, history: int, threshold: float) -> dict:
-    path, policy = ARMS[name]
+def robopt_arm(task: str, name: str, seed: int, steps: int, run_root: str, history: int, threshold: float) -> dict:
+    path, observe, policy = ARMS[task][name]
     data = config_to_dict(load_config(path))
     data.update(seed=seed, total_steps=steps)
     data["log"].update(run_root=f"{run_root}/{name}", progress=False, eval_episodes=10)
-    if "history" in policy:
-        data["policy"]["history"] = history
+    if observe is not None:
+        data["env"]["observe"] = observe
+    data["policy"].update({key: history if key == "history" else value for key, value in policy.items()})
     start = time.perf_counter()
     result = train(build_dataclass(ExperimentConfig, data))
     wall = time.perf_counter() - start
@@ -104,25 +120,29 @@ def sb3_arm(seed: int, steps: int, threshold: float) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=list(ARMS), default="pendulum")
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--history", type=int, default=4, help="K of the history arm")
     parser.add_argument("--threshold", type=float, default=-400.0, help="training return that counts as solved")
     parser.add_argument("--run-root", default="/tmp/memory_bench")
-    parser.add_argument("--arms", nargs="+", default=[*ARMS, "sb3_lstm"], choices=[*ARMS, "sb3_lstm"])
+    parser.add_argument("--arms", nargs="+", default=[*ARMS["pendulum"], "sb3_lstm"],
+                        choices=[*ARMS["pendulum"], "sb3_lstm"])  # fmt: skip
     args = parser.parse_args()
     results = {}
     for name in args.arms:
         results[name] = []
         for seed in args.seeds:
             if name == "sb3_lstm":
+                if args.task != "pendulum":
+                    parser.error("the sb3_lstm arm runs on --task pendulum only")
                 row = sb3_arm(seed, args.steps, args.threshold)
             else:
-                row = robopt_arm(name, seed, args.steps, args.run_root, args.history, args.threshold)
+                row = robopt_arm(args.task, name, seed, args.steps, args.run_root, args.history, args.threshold)
             results[name].append(row)
             print(f"{name} seed {seed}: return {row['return']:.1f}, reached {row['reached']}, "
                   f"{row['steps_per_second']:.0f} steps/s", flush=True)  # fmt: skip
-    print(f"\n{args.steps} env steps, seeds {args.seeds}, threshold {args.threshold}")
+    print(f"\n{args.task}: {args.steps} env steps, seeds {args.seeds}, threshold {args.threshold}")
     print("| arm | return (deterministic, 10 episodes) | steps to threshold per seed | env steps/s |")
     print("|---|---|---|---|")
     for name, rows in results.items():
