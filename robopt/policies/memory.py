@@ -82,18 +82,21 @@ class RecurrentTorso(nn.Module):
 
     def _cell(self, layer: int, projected: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of layer ``layer``: input projection [.., G H] and its state -> (output h, new state)."""
-        recurrent = torch.nn.functional.linear(state[..., : self.hidden], self.weight_hh[layer], self.bias_hh[layer])
-        if self.cell == "gru":  # r, z, n gates; h' = (1 - z) n + z h
-            i_r, i_z, i_n = projected.chunk(3, dim=-1)
-            h_r, h_z, h_n = recurrent.chunk(3, dim=-1)
-            reset, update = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
-            candidate = torch.tanh(i_n + reset * h_n)
-            h = candidate + update * (state - candidate)
+        hidden = self.hidden
+        recurrent = torch.nn.functional.linear(state[..., :hidden], self.weight_hh[layer], self.bias_hh[layer])
+        if self.cell == "gru":  # r, z gates; n = tanh(i_n + r h_n); h' = (1 - z) n + z h = lerp(n, h, z)
+            i_rz, i_n = projected.split((2 * hidden, hidden), dim=-1)
+            h_rz, h_n = recurrent.split((2 * hidden, hidden), dim=-1)
+            reset, update = torch.sigmoid(i_rz + h_rz).chunk(2, dim=-1)
+            candidate = torch.tanh(torch.addcmul(i_n, reset, h_n))
+            h = torch.lerp(candidate, state, update)
             return h, h
-        c = state[..., self.hidden :]  # i, f, g, o gates; c' = f c + i g, h' = o tanh(c')
-        gate_i, gate_f, gate_g, gate_o = (projected + recurrent).chunk(4, dim=-1)
-        c = torch.sigmoid(gate_f) * c + torch.sigmoid(gate_i) * torch.tanh(gate_g)
-        h = torch.sigmoid(gate_o) * torch.tanh(c)
+        # i, f, g, o gates; c' = f c + i g, h' = o tanh(c'); one sigmoid over all four (g's share is unused)
+        gates = projected + recurrent
+        gate = torch.sigmoid(gates)
+        c = torch.addcmul(gate[..., hidden : 2 * hidden] * state[..., hidden:], gate[..., :hidden],
+                          torch.tanh(gates[..., 2 * hidden : 3 * hidden]))  # fmt: skip
+        h = gate[..., 3 * hidden :] * torch.tanh(c)
         return h, torch.cat((h, c), dim=-1)
 
     def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,12 +118,15 @@ class RecurrentTorso(nn.Module):
         """
         length = x.shape[1]
         keep = (~episode_start).to(x.dtype).unsqueeze(-1)  # [S, L, 1]
+        resets = episode_start.any(0).tolist()  # [L]: steps where some row starts (one host read per call)
         states, after = self._split(state), []
         for layer in range(self.layers):
             projected = torch.nn.functional.linear(x, self.weight_ih[layer], self.bias_ih[layer])  # [S, L, G H]
             layer_state, outputs, layer_after = states[layer], [], []
             for t in range(length):
-                h, layer_state = self._cell(layer, projected[:, t], layer_state * keep[:, t])
+                if resets[t]:
+                    layer_state = layer_state * keep[:, t]
+                h, layer_state = self._cell(layer, projected[:, t], layer_state)
                 outputs.append(h)
                 layer_after.append(layer_state)
             x = torch.stack(outputs, dim=1)  # [S, L, H]: the next layer's input
