@@ -154,7 +154,10 @@ class OnPolicyLoop:
     @torch.inference_mode()
     def collect(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Fill the storage with T steps; returns (episode returns, episode lengths) of episodes that ended."""
-        storage, env, actor = self.storage, self.env, self.actor
+        storage, env = self.storage, self.env
+        if self.actor.policy is not self.policy:  # the policy was replaced (a script, a test's replay policy)
+            self.actor = PolicyActor(self.policy, env.num_envs)
+        actor = self.actor
         ended_return, ended_length = [], []  # T tensors of [N]
         self.env_log = env_log = EnvLog()
         observe = self.hooks.observe
