@@ -8,7 +8,8 @@
     history   positions only, a window of the last K steps' observations and actions (policy.history=K)
     gru       positions only, a GRU actor-critic (Pendulum: configs/ppo_pendulum_partial_gru.yaml, GRU 64;
               Hopper: GRU 128, sequences of 16)
-    sb3_lstm  Pendulum only: positions only, SB3-contrib's RecurrentPPO ("MlpLstmPolicy") at its defaults on 4 envs
+    sb3_lstm  Pendulum only: positions only, SB3-contrib's RecurrentPPO ("MlpLstmPolicy") at its defaults on 4 envs,
+              one torch thread as robopt's runs
 
 Printed per arm: the deterministic return at the end (10 episodes, mean over seeds +- std), the env steps at which
 the training episode return first reached --threshold (per seed; "-" never), and env steps per second of wall-clock
@@ -75,6 +76,7 @@ def robopt_arm(task: str, name: str, seed: int, steps: int, run_root: str, histo
 def sb3_arm(seed: int, steps: int, threshold: float) -> dict:
     """SB3-contrib RecurrentPPO at its defaults on the same partially observed Pendulum (4 envs)."""
     import gymnasium as gym
+    import torch
     from sb3_contrib import RecurrentPPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -100,6 +102,7 @@ def sb3_arm(seed: int, steps: int, threshold: float) -> dict:
         def _on_step(self) -> bool:
             return True
 
+    torch.set_num_threads(1)  # as robopt's runs here (its auto choice for small networks on CPU)
     env = make_vec_env("Pendulum-v1", n_envs=4, seed=seed, wrapper_class=Positions)
     model = RecurrentPPO("MlpLstmPolicy", env, seed=seed, device="cpu", verbose=0)
     callback = FirstReach()
