@@ -13,8 +13,9 @@
 
 Printed per arm: the deterministic return at the end (10 episodes, mean over seeds +- std), the env steps at which
 the training episode return first reached --threshold (per seed; "-" never), and env steps per second of wall-clock
-(the whole run, updates included). Arms run one after the other in this process: a learning result, and a speed
-comparison only as fair as the machine was quiet (say what else ran).
+over training (collection and updates; robopt's from its progress.csv ``wall_time``, SB3's around ``learn``).
+Arms run one after the other in this process: a learning result, and a speed comparison only as fair as the
+machine was quiet (say what else ran).
 
     .venv/bin/python benchmarks/memory_partial.py --steps 100000 --seeds 0 1 2 --run-root /tmp/memory_bench
     .venv/bin/python benchmarks/memory_partial.py --task hopper --steps 1000000 --seeds 0 --threshold 1000 \
@@ -62,11 +63,10 @@ def robopt_arm(task: str, name: str, seed: int, steps: int, run_root: str, histo
     if observe is not None:
         data["env"]["observe"] = observe
     data["policy"].update({key: history if key == "history" else value for key, value in policy.items()})
-    start = time.perf_counter()
     result = train(build_dataclass(ExperimentConfig, data))
-    wall = time.perf_counter() - start
     with open(result.run_dir / "progress.csv") as handle:
         rows = list(csv.DictReader(handle))
+    wall = float(rows[-1]["wall_time"])  # the training loop's own clock: no start-up, no final evaluation
     reached = [int(r["env_steps"]) for r in rows if r["episode_return"] and float(r["episode_return"]) >= threshold]
     evaluation = json.loads((result.run_dir / "eval.json").read_text())
     return {"return": evaluation["mean_return"], "reached": reached[0] if reached else None,
