@@ -290,6 +290,7 @@ def build_loop(config: ExperimentConfig, initialize: bool = False, collective: C
     check_device(config.device)
     seed_everything(config.seed)
     torch.set_num_threads(resolve_torch_threads(config)[0])
+    check_recurrent(config)  # before any loop kind is built (a fleet's workers act without a state)
     kind = run_kind(config)
     build = dict(_claimed_kinds(config)).get(kind) or (build_algorithm_loop if kind in ALGORITHM_KINDS else None)
     if build is None:
@@ -316,7 +317,7 @@ def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, col
         policy = build_policy(config, env)
         spec = ALGORITHMS[algorithm_name(config)]
         check_algorithm_config(config, spec.kind, initialize)
-        check_recurrent(config)
+        check_recurrent(config)  # also here: a data-parallel rank builds through this function alone
         if initialize and config.init_from:
             initialize_policy(policy, config)
             if hasattr(policy, "reset_reference"):  # a language policy's KL reference is where RL starts

@@ -97,6 +97,12 @@ def _from_run(run_dir: Path, num_envs: int) -> tuple[object, Callable, dict, int
     config = load_run_config(run_dir)
     config = dataclasses.replace(config, device=str(available_device(config.device)))  # a GPU run, collected on CPU
     config, policy = load_policy(run_dir, config)
+    if getattr(policy, "recurrent", False):
+        raise ConfigError(
+            f"{str(run_dir)!r} has a recurrent policy (policy.recurrent.type={config.policy.recurrent.type}); robopt "
+            "collect records memoryless policies (a dataset row holds no state): collect a memoryless or "
+            "policy.history run, or a scripted --expert"
+        )
     env = build_env(config, num_envs=num_envs)
     horizon = getattr(config.policy, "horizon", 1)
     if horizon > 1:  # build_env's ActionChunkEnv: record on its inner env, one action per step

@@ -150,3 +150,12 @@ def test_a_stopped_and_resumed_recurrent_run_equals_an_uninterrupted_one(tmp_pat
         for key, value in expected[part].items():
             assert torch.equal(value, got[part][key]), f"{part}.{key}"
     torch.testing.assert_close(got["memory"]["critic"], expected["memory"]["critic"], rtol=0, atol=0)
+
+
+def test_a_fleet_with_a_recurrent_policy_is_refused_before_anything_starts():
+    config = load_config(
+        "configs/fleet_sac_reach.yaml", ["policy.recurrent={type: gru}", "policy.state_dependent_std=false"]
+    )
+    with pytest.raises(ConfigError, match="algo.name=sac cannot use it") as error:
+        build_loop(config, initialize=True)
+    assert "\n" not in str(error.value)
