@@ -18,12 +18,12 @@ import yaml
 
 from robopt.algorithms import ALGORITHMS
 from robopt.algorithms.kinds import build_critic, privileged_dim  # noqa: F401  (re-exported: the builder's parts)
-from robopt.algorithms.onpolicy import check_sequence_length
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError, ExperimentConfig, config_to_dict, registered_sections
 from robopt.distributed.collective import LOCAL, RANK_SEED_STRIDE, Collective, rank_config
 from robopt.envs import make_env
 from robopt.policies import POLICIES
+from robopt.policies.recurrent import check_sequence_length
 
 LAST_CHECKPOINT = "checkpoints/last.pt"
 
@@ -290,7 +290,8 @@ def build_loop(config: ExperimentConfig, initialize: bool = False, collective: C
     check_device(config.device)
     seed_everything(config.seed)
     torch.set_num_threads(resolve_torch_threads(config)[0])
-    check_recurrent(config)  # before any loop kind is built (a fleet's workers act without a state)
+    check_recurrent(config)  # before any loop kind is built (a fleet's workers act without a state); every run kind
+    # and every data-parallel rank comes through here
     kind = run_kind(config)
     build = dict(_claimed_kinds(config)).get(kind) or (build_algorithm_loop if kind in ALGORITHM_KINDS else None)
     if build is None:
@@ -317,7 +318,6 @@ def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, col
         policy = build_policy(config, env)
         spec = ALGORITHMS[algorithm_name(config)]
         check_algorithm_config(config, spec.kind, initialize)
-        check_recurrent(config)  # also here: a data-parallel rank builds through this function alone
         if initialize and config.init_from:
             initialize_policy(policy, config)
             if hasattr(policy, "reset_reference"):  # a language policy's KL reference is where RL starts
@@ -372,15 +372,16 @@ RECURRENT_ALGORITHMS = ("ppo", "trpo")  # on-policy updates that replay a recurr
 def check_recurrent(config: ExperimentConfig) -> None:
     """``policy.recurrent`` with an algorithm that cannot replay sequences: one line saying which can."""
     memory = getattr(config.policy, "recurrent", None)
+    if memory is None or not memory.enabled:
+        return
     algo_name = algorithm_name(config)
-    if memory is not None and memory.enabled and algo_name not in RECURRENT_ALGORITHMS:
+    if algo_name not in RECURRENT_ALGORITHMS:
         raise ConfigError(
             f"policy.recurrent.type={memory.type} needs an algorithm that trains on sequences with the policy's "
             f"state ({', '.join(RECURRENT_ALGORITHMS)}); algo.name={algo_name} cannot use it: set "
             "policy.recurrent.type=none (or policy.history=K for memory as a window of past steps)"
         )
-    if memory is not None and memory.enabled:
-        check_sequence_length(memory.sequence_length, config.rollout.num_steps)
+    check_sequence_length(memory.sequence_length, config.rollout.num_steps)
 
 
 def check_critic_kind(config: ExperimentConfig, kind: str) -> None:

@@ -36,7 +36,7 @@ from robopt.distributed.collective import LOCAL, Collective
 from robopt.envs.episode_stats import EnvLog
 from robopt.llm.group_sampling import hooks_for
 from robopt.options import ConfigError, option
-from robopt.policies.recurrent import PolicyActor
+from robopt.policies.recurrent import PolicyActor, check_sequence_length
 
 __all__ = ["NonFiniteError", "OnPolicyAlgorithm", "OnPolicyLoop", "RolloutConfig"]
 
@@ -72,15 +72,6 @@ class RolloutConfig:
             raise ValueError(
                 "rollout.refill_rounds refills what dynamic sampling drops: set rollout.dynamic_sampling=true"
             )
-
-
-def check_sequence_length(length: int, num_steps: int) -> None:
-    """A recurrent policy's sequences of ``length`` steps must tile the rollout of ``num_steps``: one line if not."""
-    if length > num_steps or num_steps % length != 0:
-        raise ConfigError(
-            f"policy.recurrent.sequence_length={length} must divide the rollout (rollout.num_steps={num_steps})"
-            f"{' and is longer than it' if length > num_steps else ''}: use a sequence length that divides num_steps"
-        )
 
 
 class OnPolicyAlgorithm(Protocol):
@@ -175,7 +166,8 @@ class OnPolicyLoop:
                 privileged, env_info.get("final_privileged_obs"),
             )  # fmt: skip
             observe(env_info)
-            actor.episode_ended(terminated | truncated)
+            if actor.recurrent:  # the rows whose next step starts an episode (a memoryless policy needs nothing)
+                actor.episode_ended(terminated | truncated)
             ended_return.append(env_info["episode_return"])
             ended_length.append(env_info["episode_length"])
             env_log.add(env_info)

@@ -26,6 +26,7 @@ from robopt.core.updaters import FirstOrderUpdater
 from robopt.distributed.collective import LOCAL, Collective
 from robopt.llm.objective import token_terms
 from robopt.options import ConfigError, option
+from robopt.policies.recurrent import check_sequence_minibatch
 
 
 @dataclass(frozen=True)
@@ -161,16 +162,6 @@ def run_epochs(
             if kl > 1.5 * target_kl:
                 break
     return {key: value / max(count, 1) for key, value in sums.items()}, epochs_run
-
-
-def check_sequence_minibatch(policy, size: int, name: str) -> None:
-    """A recurrent policy's minibatches are whole sequences: ``size`` must be a multiple of its sequence length."""
-    length = getattr(policy, "sequence_length", 1) if getattr(policy, "recurrent", False) else 1
-    if size % length != 0:
-        raise ConfigError(
-            f"{name}={size} is not a whole number of sequences of policy.recurrent.sequence_length={length}: use a "
-            f"multiple of {length}"
-        )
 
 
 class PPOObjective(nn.Module):

@@ -32,6 +32,7 @@ from robopt.core.surrogates import masked_mean, surrogate
 from robopt.core.trust_region import TrustRegionConfig, TrustRegionUpdater
 from robopt.core.updaters import FirstOrderUpdater
 from robopt.options import ConfigError, option
+from robopt.policies.recurrent import check_sequence_minibatch
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,6 @@ class TRPO:
     @staticmethod
     def _check_recurrent(policy, config: TRPOConfig) -> None:
         """What TRPO cannot do on a recurrent policy's sequence batch, as one-line errors."""
-        from robopt.algorithms.ppo import check_sequence_minibatch
-
         if config.fisher_subsample > 1:
             raise ConfigError(
                 f"algo.fisher_subsample={config.fisher_subsample} takes every k-th row, which cuts a recurrent "

@@ -36,7 +36,7 @@ from torch import nn
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
 from robopt.options import option
 from robopt.policies import diffusion_schedule as schedule
-from robopt.policies.gaussian import HISTORY_DOC, check_history
+from robopt.policies.memory import HISTORY_DOC, check_history
 from robopt.policies.networks import MLP, register_action_bounds
 
 NETWORKS = ("mlp", "unet")

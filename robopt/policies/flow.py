@@ -28,7 +28,7 @@ from torch import nn
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
 from robopt.options import option
 from robopt.policies.flow_field import VelocityField, integrate, time_embedding
-from robopt.policies.gaussian import HISTORY_DOC, check_history
+from robopt.policies.memory import HISTORY_DOC, check_history
 from robopt.policies.networks import MLP, register_action_bounds
 
 __all__ = ["ExportedFlowPolicy", "FlowPolicy", "FlowPolicyConfig", "VelocityField", "build_flow_policy", "integrate"]

@@ -20,19 +20,8 @@ from torch import nn
 
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
 from robopt.options import option
-from robopt.policies.memory import RecurrentConfig
+from robopt.policies.memory import HISTORY_DOC, RecurrentConfig, check_history
 from robopt.policies.networks import MLP
-
-HISTORY_DOC = (
-    "observation history K: the policy sees the observations and previous actions of the last K control steps "
-    "(robopt.envs.history; 1: off)"
-)
-
-
-def check_history(history: int) -> None:
-    """ValueError unless ``policy.history`` is an integer >= 1 (shared by the Gaussian, flow and diffusion configs)."""
-    if isinstance(history, bool) or not isinstance(history, int) or history < 1:
-        raise ValueError(f"history must be an integer >= 1 (control steps the policy sees; 1: off), got {history!r}")
 
 
 @dataclass(frozen=True)

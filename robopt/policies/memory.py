@@ -1,4 +1,5 @@
-"""Memory torsos: stacked GRU and LSTM cells over one step or a sequence with episode-start resets.
+"""Memory: the policies' ``history`` option and ``recurrent`` config, and the recurrent torsos (stacked GRU and LSTM
+cells over one step or a sequence with episode-start resets).
 
 Shapes: N rows, S sequences, L steps per sequence, H hidden size, G gates (GRU 3, LSTM 4), M the flat state width
 (GRU: layers * H; LSTM: 2 * layers * H, each layer's h then c).
@@ -18,6 +19,18 @@ import torch
 from torch import nn
 
 from robopt.options import option
+
+HISTORY_DOC = (
+    "observation history K: the policy sees the observations and previous actions of the last K control steps "
+    "(robopt.envs.history; 1: off)"
+)
+
+
+def check_history(history: int) -> None:
+    """ValueError unless ``policy.history`` is an integer >= 1 (shared by the Gaussian, flow and diffusion configs)."""
+    if isinstance(history, bool) or not isinstance(history, int) or history < 1:
+        raise ValueError(f"history must be an integer >= 1 (control steps the policy sees; 1: off), got {history!r}")
+
 
 CELLS = ("none", "gru", "lstm")
 GATES = {"gru": 3, "lstm": 4}
@@ -132,6 +145,13 @@ class RecurrentTorso(nn.Module):
             x = torch.stack(outputs, dim=1)  # [S, L, H]: the next layer's input
             after.append(torch.stack(layer_after, dim=1))
         return x, torch.cat(after, dim=-1)
+
+    def over_rows(self, x: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor, length: int, what: str):
+        """The outputs [B, H] of rows that are whole sequences of ``length`` steps in time order: x [B, in], the state
+        of each row [B, M] (each sequence starts from its first row's) and ``episode_start`` [B]."""
+        first_state = sequences(state, length, what)[:, 0]  # [S, M]
+        out, _ = self.sequence(sequences(x, length, what), first_state, sequences(episode_start, length, what))
+        return out.reshape(x.shape[0], -1)
 
 
 def sequences(tensor: torch.Tensor, length: int, what: str) -> torch.Tensor:

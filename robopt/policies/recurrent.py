@@ -22,11 +22,15 @@ import torch
 from torch import nn
 
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
+from robopt.options import ConfigError
 from robopt.policies.gaussian import GaussianPolicy
-from robopt.policies.memory import RecurrentConfig, RecurrentTorso, sequences
+from robopt.policies.memory import RecurrentConfig, RecurrentTorso
 from robopt.policies.networks import MLP
 
-__all__ = ["PolicyActor", "RecurrentConfig", "RecurrentGaussianPolicy", "RecurrentValueCritic"]
+__all__ = [
+    "PolicyActor", "RecurrentConfig", "RecurrentGaussianPolicy", "RecurrentValueCritic", "check_sequence_length",
+    "check_sequence_minibatch",
+]  # fmt: skip
 
 
 class RecurrentGaussianPolicy(nn.Module):
@@ -87,12 +91,9 @@ class RecurrentGaussianPolicy(nn.Module):
 
     def features(self, obs: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
         """The torso's output [B, H] over rows that are whole sequences of L steps (``info`` from ``step``)."""
-        length = self.sequence_length
-        x = sequences(self._normalized(obs), length, "recurrent policy batch")  # [S, L, D]
-        first_state = sequences(info["state"], length, "recurrent policy batch")[:, 0]  # [S, M]
-        start = sequences(info["episode_start"], length, "recurrent policy batch")  # [S, L]
-        out, _ = self.memory.sequence(x, first_state, start)
-        return out.reshape(obs.shape[0], -1)
+        return self.memory.over_rows(
+            self._normalized(obs), info["state"], info["episode_start"], self.sequence_length, "recurrent policy batch"
+        )
 
     def log_ratio(self, obs: torch.Tensor, action: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
         """log pi_new - log pi_old [B, 1] over whole sequences; 0 at the acting parameters up to float rounding
@@ -156,11 +157,10 @@ class RecurrentValueCritic(nn.Module):
         each sequence is used) and ``episode_start`` [B]."""
         if state is None or episode_start is None:
             raise ValueError("a recurrent critic needs the rows' state and episode starts (a sequence batch)")
-        length = self.sequence_length
-        x = sequences(self._normalized(obs), length, "recurrent critic batch")
-        start = sequences(episode_start, length, "recurrent critic batch")
-        out, _ = self.memory.sequence(x, sequences(state, length, "recurrent critic batch")[:, 0], start)
-        return self.net(out).reshape(obs.shape[0])
+        features = self.memory.over_rows(
+            self._normalized(obs), state, episode_start, self.sequence_length, "recurrent critic batch"
+        )
+        return self.net(features).squeeze(-1)
 
     def value_step(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """V [N] of obs [N, D] after the state [N, M] (no reset: a truncated episode's final observation)."""
@@ -226,3 +226,22 @@ class PolicyActor:
         if self.recurrent and state:
             self.state = state["state"].to(self.state.device)
             self.episode_start = state["episode_start"].to(self.state.device)
+
+
+def check_sequence_minibatch(policy, size: int, name: str) -> None:
+    """A recurrent policy's minibatches are whole sequences: ``size`` must be a multiple of its sequence length."""
+    length = getattr(policy, "sequence_length", 1) if getattr(policy, "recurrent", False) else 1
+    if size % length != 0:
+        raise ConfigError(
+            f"{name}={size} is not a whole number of sequences of policy.recurrent.sequence_length={length}: use a "
+            f"multiple of {length}"
+        )
+
+
+def check_sequence_length(length: int, num_steps: int) -> None:
+    """A recurrent policy's sequences of ``length`` steps must tile the rollout of ``num_steps``: one line if not."""
+    if length > num_steps or num_steps % length != 0:
+        raise ConfigError(
+            f"policy.recurrent.sequence_length={length} must divide the rollout (rollout.num_steps={num_steps})"
+            f"{' and is longer than it' if length > num_steps else ''}: use a sequence length that divides num_steps"
+        )

@@ -184,18 +184,26 @@ def load_exportable(run_dir: Path, guidance_scale: float | None = None):
     return config, policy, policy.export_module().cpu().eval()
 
 
-def record_observations(policy, env, steps: int, seed: int) -> np.ndarray:
-    """[steps, D] float32 observations of env row 0 while the deterministic policy acts (bounds-clamped)."""
+def record_observations(policy, env, steps: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """[steps, D] float32 observations of env row 0 while the deterministic policy acts (bounds-clamped; a policy with
+    memory carries its state through ``PolicyActor``, reset where episodes end), and episode_start [steps] bool."""
     import torch
 
-    rows = []
+    from robopt.policies.recurrent import PolicyActor
+
+    rows, starts, start = [], [], True
+    actor = PolicyActor(policy, env.num_envs)
     with torch.inference_mode():
         obs = env.reset(seed=seed)
         for _ in range(steps):
             rows.append(obs[0].detach().cpu().numpy().astype(np.float32))
-            action, _ = policy.act(obs, deterministic=True)
-            obs = env.step(torch.maximum(torch.minimum(action, env.action_high), env.action_low))[0]
-    return np.stack(rows)
+            starts.append(start)
+            action, _ = actor.act(obs, deterministic=True)
+            clamped = torch.maximum(torch.minimum(action, env.action_high), env.action_low)
+            obs, _, terminated, truncated, _ = env.step(clamped)
+            actor.episode_ended(terminated | truncated)
+            start = bool(terminated[0] or truncated[0])
+    return np.stack(rows), np.asarray(starts, dtype=bool)
 
 
 def _check_model(fmt: str, path: Path, obs: np.ndarray, reference: np.ndarray) -> float:
@@ -237,8 +245,9 @@ def _fail(fmt: str, error: BaseException) -> None:
     raise ConfigError(f"{fmt} export failed: {type(error).__name__}: {first}") from None
 
 
-def _export_stateless(module, obs: np.ndarray, formats, tmp: Path) -> dict:
-    """Write and check each format of a memoryless ``module`` in ``tmp``: the parity arrays and ``differences``."""
+def _export_stateless(module, obs: np.ndarray, formats, tmp: Path) -> tuple[dict, dict]:
+    """Write and check each format of a memoryless ``module`` in ``tmp``: the parity arrays and, per format, the max
+    |exported - torch|."""
     import torch
 
     with torch.inference_mode():
@@ -252,7 +261,7 @@ def _export_stateless(module, obs: np.ndarray, formats, tmp: Path) -> dict:
         except Exception as error:  # an exporter failing on this module: one line, not its traceback
             _fail(fmt, error)
         differences[fmt] = _check_model(fmt, path, obs, reference)
-    return {"obs": obs, "action": reference, "differences": differences}
+    return {"obs": obs, "action": reference}, differences
 
 
 def export_run(
@@ -283,12 +292,7 @@ def export_run(
     raw, frames = history_frames(inner)  # what the robot observes: the runtime builds the window of K frames
     try:
         stateful = bool(getattr(policy, "recurrent", False))  # a policy with memory: its state in and out
-        if stateful:
-            from robopt.sim2real.export_state import record_sequence
-
-            obs, starts = record_sequence(policy, env, parity_steps, seed=config.seed + 20_000)
-        else:
-            obs = record_observations(policy, env, parity_steps, seed=config.seed + 20_000)
+        obs, starts = record_observations(policy, env, parity_steps, seed=config.seed + 20_000)
         period, (obs_low, obs_high) = control_period(inner), _obs_bounds(inner)
         env_id, action_low, action_high = inner.env_id, inner.action_low.tolist(), inner.action_high.tolist()
         robot, obs_names, action_names = _robot_block(raw)
@@ -307,8 +311,7 @@ def export_run(
 
             parity, differences, state_dim = export_stateful(module, obs, starts, formats, tmp, FILE_NAMES, _fail)
         else:
-            parity, differences, state_dim = _export_stateless(module, obs, formats, tmp), {}, 0
-            differences = parity.pop("differences")
+            (parity, differences), state_dim = _export_stateless(module, obs, formats, tmp), 0
         reference = parity["action"]
         np.savez(tmp / PARITY_NAME, **parity)
         files = {fmt: FILE_NAMES[fmt] for fmt in formats}

@@ -24,25 +24,6 @@ from robopt.sim2real.export_tools import TOLERANCE, onnx_session, quiet
 STATE_INPUT, STATE_OUTPUT = "state", "next_state"
 
 
-def record_sequence(policy, env, steps: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """obs [steps, D] float32 of env row 0 and episode_start [steps] bool while the deterministic policy acts with
-    its state (``PolicyActor``), episodes restarting as the env auto-resets."""
-    from robopt.policies.recurrent import PolicyActor
-
-    rows, starts = [], []
-    actor = PolicyActor(policy, env.num_envs)
-    with torch.inference_mode():
-        obs = env.reset(seed=seed)
-        for _ in range(steps):
-            rows.append(obs[0].detach().cpu().numpy().astype(np.float32))
-            starts.append(bool(actor.episode_start[0]))
-            action, _ = actor.act(obs, deterministic=True)
-            clamped = torch.maximum(torch.minimum(action, env.action_high), env.action_low)
-            obs, _, terminated, truncated, _ = env.step(clamped)
-            actor.episode_ended(terminated | truncated)
-    return np.stack(rows), np.asarray(starts, dtype=bool)
-
-
 def step_sequence(call: Callable, obs: np.ndarray, starts: np.ndarray, state_dim: int):
     """Step ``call(obs [1, D], state [1, M]) -> (action [1, A], next_state [1, M])`` through obs [K, D], zeroing the
     state where ``starts`` [K] is set. Returns actions [K, A] and the state each step started from [K, M]."""
