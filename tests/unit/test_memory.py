@@ -63,8 +63,10 @@ def test_reset_forgets_the_past():
     start = torch.zeros(2, 6, dtype=torch.bool)
     start[:, 3] = True
     out, _ = torso.sequence(x, torch.randn(2, torso.state_dim), start)
-    assert not torch.allclose(out[0, :3], out[1, :3])
-    torch.testing.assert_close(out[0, 3:], out[1, 3:], rtol=0, atol=0)  # the same operations on the same numbers
+    assert (out[0, :3] - out[1, :3]).abs().max() > 1e-2
+    # The same numbers after the reset, but rows of one batched matmul may take different kernel paths (AVX2 tails),
+    # so their last bits may differ (DESIGN.md section 8): a float tolerance, far below the pre-reset difference.
+    torch.testing.assert_close(out[0, 3:], out[1, 3:], rtol=0, atol=1e-6)
 
 
 def test_state_width_and_sequences_helper():
