@@ -113,6 +113,9 @@ class UdpRobot:
     wrong shape or not finite: not sent), "send_failed", "recv_error". ``episode_returns`` sums the reward
     field of the accepted OBS packets per episode: exact without loss, short of the lost packets otherwise.
     ``read`` stamps an observation with its receive time (the link's latency is unknown here).
+    ``episodes_started`` counts the episode-ended flags of the accepted OBS packets as of the observation ``read``
+    last returned (that packet's obs is already the next episode's first), so a control loop resets a policy's
+    state exactly there; a boundary whose packet was lost is missed (the next packet carries no flag).
     """
 
     def __init__(
@@ -139,6 +142,7 @@ class UdpRobot:
         self._episode_return = 0.0
         self._obs: np.ndarray | None = None  # [D] float64
         self._obs_time = math.nan
+        self._episodes, self.episodes_started = 0, 0  # flags received; as of the latest read
         self._connected = False  # a valid OBS arrived: the robot address is fixed
         self._seq = 0
         self._last_hello = -math.inf
@@ -163,7 +167,10 @@ class UdpRobot:
 
     def read(self) -> tuple[np.ndarray | None, float]:
         with self._lock:
-            return (None, math.nan) if self._obs is None else (self._obs.copy(), self._obs_time)
+            if self._obs is None:
+                return None, math.nan
+            self.episodes_started = self._episodes  # the same packet as the obs returned: no race with the thread
+            return self._obs.copy(), self._obs_time
 
     def send(self, action: np.ndarray) -> None:
         try:
@@ -248,5 +255,6 @@ class UdpRobot:
             self._obs, self._obs_time = obs, received_at
             self._episode_return += reward
             if episode_ended:
+                self._episodes += 1
                 self._returns.append(self._episode_return)
                 self._episode_return = 0.0

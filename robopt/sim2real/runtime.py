@@ -65,7 +65,8 @@ class ControlLoop:
     A policy with an observation history (the sidecar's ``history``) is wrapped in a ``HistoryWindow`` unless it
     is one: the robot sends raw observations [D] (the dims, obs checks and timing use D), every action sent is
     recorded as the window's previous action, and the window restarts when a robot that counts its episodes
-    (``episodes_started``: a simulated robot) reports a new one, as the env's window restarts at an auto-reset.
+    (``episodes_started``: a simulated robot, a UDP robot's episode-ended flags) reports a new one, as the env's
+    window restarts at an auto-reset; a recurrent policy's state is zeroed there too (counter ``episode_resets``).
     """
 
     def __init__(
@@ -116,7 +117,7 @@ class ControlLoop:
             check_log_path(config.log_path)
         self.log = TickLog(config.log_capacity, sidecar.action_dim)
         self.counters = {"missed_deadline": 0, "late_ticks": 0, "skipped_ticks": 0, "low_rate_seconds": 0,
-                         "robot_error": 0, "stop_ticks": 0}  # fmt: skip
+                         "robot_error": 0, "stop_ticks": 0, "episode_resets": 0}  # fmt: skip
         self.notices: list[str] = []  # one-line reports not yet shown by ``status`` (the stamps' too)
         self.stamps = Stamps(self.safety.future_tolerance, self.notices)  # which measurement is new; stamp faults
         self.in_phase = config.tick_on == "measurement"
@@ -256,6 +257,7 @@ class ControlLoop:
             reset = getattr(self.safety.policy, "reset", None)
             if callable(reset):
                 reset()
+                self.counters["episode_resets"] += 1
 
     def _maybe_status(self) -> None:
         now = self.clock()

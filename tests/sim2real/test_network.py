@@ -195,7 +195,7 @@ def test_udp_robot_keeps_the_newest_and_sends_valid_actions():
     fake.settimeout(2.0)
     robot = UdpRobot("127.0.0.1", fake.getsockname()[1], OBS_DIM, ACTION_DIM, hello_interval=0.05)
     try:
-        assert robot.read()[0] is None and np.isnan(robot.read()[1])
+        assert robot.read()[0] is None and np.isnan(robot.read()[1]) and robot.episodes_started == 0
         hello, runtime_address = fake.recvfrom(2048)  # the handshake: a count-0 ACTION
         assert decode(hello, KIND_ACTION, 0).values.size == 0
 
@@ -207,10 +207,14 @@ def test_udp_robot_keeps_the_newest_and_sends_valid_actions():
         for seq, reward, ended in [(1, 1.0, 0), (2, 2.0, 0), (2, 2.0, 0), (5, 5.0, 0), (3, 3.0, 0), (4, 4.0, 0)]:
             fake.sendto(obs(seq, reward, bool(ended)), runtime_address)
         fake.sendto(obs(5, 5.0), runtime_address)
+        assert wait_until(lambda: robot.counters.get("received", 0) == 3)
+        assert robot.read()[0][0] == 5.0 and robot.episodes_started == 0
         fake.sendto(obs(6, 0.5, True), runtime_address)
         assert wait_until(lambda: robot.counters.get("received", 0) == 4)
         time.sleep(0.05)
+        assert robot.episodes_started == 0  # as of the observation last read: it changes with the read
         value, stamp = robot.read()
+        assert robot.episodes_started == 1  # packet 6's obs is the next episode's first
         np.testing.assert_array_equal(value, [6.0, 6.0, 6.0])
         assert before <= stamp <= time.monotonic()
         c = robot.counters
