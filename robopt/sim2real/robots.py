@@ -148,11 +148,12 @@ def _topic_robot(spec: str, sidecar: Sidecar, section: dict | None) -> RobotInte
             peers = options.get("peers")
             if peers is not None and (not isinstance(peers, list) or not all(isinstance(p, str) for p in peers)):
                 raise DeployError(f"robot.ros2.peers: expected a list of addresses, got {peers!r}")
-            link = DdsLink(mapping.topics, publications, domain_id, interface=options.get("interface"), peers=peers)
+            interface = options.get("interface")
+            link = DdsLink(mapping.subscriptions, publications, domain_id, interface=interface, peers=peers)
         else:
             from robopt.sim2real.zenoh_link import ZenohLink
 
-            link = ZenohLink(mapping.topics, publications, options, endpoint=rest)
+            link = ZenohLink(mapping.subscriptions, publications, options, endpoint=rest)
     except (OSError, RuntimeError) as error:  # the DDS or Zenoh library could not start its endpoints
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise DeployError(f"--robot {spec!r}: cannot open the link ({message})") from None

@@ -27,6 +27,10 @@ then: clamped into [low, high] (counted ``command_clamped``), held ``hold_s`` af
 before the first and after that (one notice), and never a reason for the safe action (its age is not the
 measurement's). ``observation: from_sidecar`` builds the whole list from the export's ``robot`` block
 (``robopt.sim2real.sidecar_map``).
+``episode: {topic: /robot/episode, qos: reliable}`` (optional; ``robopt sim-robot``'s ``/robopt/episode`` in the
+default map) is a std_msgs/UInt32 the robot publishes with the number of episodes it has started: each change of
+the number is an episode boundary, at which the runtime resets a policy with memory (its first message is the
+baseline, not a boundary). It is neither an observation topic nor a reason for the safe action.
 Per topic ``qos`` overrides the default (``robot.qos``, sensor_data: best effort, which matches reliable and
 best-effort publishers alike). The command (reliable unless its ``qos`` says otherwise, as ROS 2 subscribers
 expect): ``topic``, ``type`` (Float64MultiArray: ``data``; JointState: ``field`` with ``joints``; Twist:
@@ -70,6 +74,7 @@ from robopt.sim2real.ros_messages import (
 from robopt.sim2real.transport import QOS_PROFILES, Qos
 
 STAMPS = ("header", "receive")
+EPISODE_TYPE = "std_msgs/msg/UInt32"
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,14 @@ class RobotMap:
     command: CommandMap
     stamps: str = "header"
     transport: dict = field(default_factory=dict)
+    episode: tuple[str, Qos] | None = None  # (topic, QoS) of the robot's episode count, std_msgs/UInt32
+
+    @property
+    def subscriptions(self) -> dict[str, tuple[str, Qos]]:
+        """Every topic the robot link subscribes to: the observation's and the episode count's."""
+        if self.episode is None:
+            return dict(self.topics)
+        return {**self.topics, self.episode[0]: (EPISODE_TYPE, self.episode[1])}
 
     @property
     def measured_topics(self) -> list[str]:
@@ -227,13 +240,13 @@ def parse_robot_map(
     from_sidecar``, ``topics``, ``cmd_vel`` and ``command.targets`` read.
 
     Without a section, or with one that only sets transport options: robopt's simulated robot's topics
-    (``/robopt/observation`` and ``/robopt/command``, both Float64MultiArray, as ``robopt sim-robot --ros2`` serves
-    them).
+    (``/robopt/observation`` and ``/robopt/command``, both Float64MultiArray, and the episode count
+    ``/robopt/episode``, as ``robopt sim-robot --ros2`` serves them).
     """
     section = dict(section or {})
     if "observation" not in section and "command" not in section:  # transport options only: sim-robot's topics
         section = {**DEFAULT_MAP, **section}
-    allowed = {"ros2", "zenoh", "qos", "stamps", "observation", "command", "topics", "cmd_vel"}
+    allowed = {"ros2", "zenoh", "qos", "stamps", "observation", "command", "topics", "cmd_vel", "episode"}
     if set(section) - allowed:
         raise fail("robot", f"unknown key {sorted(set(section) - allowed)[0]!r}; allowed: {', '.join(sorted(allowed))}")
     options = section.get(transport) or {}
@@ -265,12 +278,33 @@ def parse_robot_map(
     command = parse_command(section.get("command"), action_dim, robot)
     if command.topic in topics:
         raise fail("robot.command.topic", f"{command.topic} is also an observation topic")
-    return RobotMap(dict(topics), observation, command, stamps, dict(options))
+    episode = _episode(section.get("episode"), topics, command.topic)
+    return RobotMap(dict(topics), observation, command, stamps, dict(options), episode)
+
+
+def _episode(value, topics: dict, command_topic: str) -> tuple[str, Qos] | None:
+    """``robot.episode``: the topic (and QoS) of the robot's episode count (module doc); None without one."""
+    if value is None:
+        return None
+    key = "robot.episode"
+    if not isinstance(value, dict) or set(value) - {"topic", "type", "qos"}:
+        raise fail(key, f"expected {{topic, type: std_msgs/UInt32, qos}}, got {value!r}")
+    try:
+        topic = check_topic_name(value.get("topic"))
+        full = full_type_name(value.get("type", EPISODE_TYPE))
+    except MessageTypeError as error:
+        raise fail(key, str(error)) from None
+    if full != EPISODE_TYPE:
+        raise fail(f"{key}.type", f"{value.get('type')!r} is not allowed; allowed: std_msgs/UInt32 (the episode count)")
+    if topic in topics or topic == command_topic:
+        raise fail(f"{key}.topic", f"{topic} is also an observation or command topic; the episode count has its own")
+    return topic, qos_of(value.get("qos"), f"{key}.qos", Qos(*QOS_PROFILES["reliable"]))
 
 
 DEFAULT_MAP = {
     "qos": "reliable",
     "observation": [{"topic": "/robopt/observation", "type": "std_msgs/Float64MultiArray", "field": "data"}],
     "command": {"topic": "/robopt/command", "type": "std_msgs/Float64MultiArray"},
+    "episode": {"topic": "/robopt/episode"},
 }
-"""The topics of ``robopt sim-robot --ros2/--zenoh``: the observation vector and the action vector."""
+"""The topics of ``robopt sim-robot --ros2/--zenoh``: the observation vector, the action vector, the episode count."""

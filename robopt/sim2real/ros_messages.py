@@ -58,6 +58,7 @@ MESSAGES: dict[str, tuple[tuple[str, str], ...]] = {
     "std_msgs/msg/MultiArrayDimension": (("label", "string"), ("size", "uint32"), ("stride", "uint32")),
     "std_msgs/msg/MultiArrayLayout": (("dim", "std_msgs/msg/MultiArrayDimension[]"), ("data_offset", "uint32")),
     "std_msgs/msg/Float64MultiArray": (("layout", "std_msgs/msg/MultiArrayLayout"), ("data", "float64[]")),
+    "std_msgs/msg/UInt32": (("data", "uint32"),),
 }
 """Every shipped message type (and the types they contain), full name -> fields."""
 

@@ -20,6 +20,12 @@ Two entries are not measurements: ``last_action`` is the action ``send`` got las
 input (``/cmd_vel``) is clamped into its bounds when it arrives (``command_clamped``), held ``hold_s`` on this
 process's clock and zero before its first message and after that (one notice each time it goes quiet); neither
 dates the observation nor holds ``read()`` back. A ``targets`` command orders the values by the message's joints.
+
+With the map's ``episode`` topic (std_msgs/UInt32, the robot's count of episodes started), ``episodes_started``
+counts the changes of that number seen up to the latest ``read()`` (its first message sets the baseline), so the
+control loop resets a policy with memory at the robot's episode boundary; without one it is None (no boundaries
+reported). The topics are independent: a boundary lands within the tick of the observation that begins the episode
+only when the robot publishes the count with (or before) that observation, as ``robopt sim-robot`` does.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import numpy as np
 
 from robopt.sim2real import cdr
 from robopt.sim2real.ros_fields import flatten, get_field
-from robopt.sim2real.ros_map import CommandMap, RobotMap, Selection
+from robopt.sim2real.ros_map import EPISODE_TYPE, CommandMap, RobotMap, Selection
 from robopt.sim2real.transport import Notices, Transport
 
 SILENT_NOTICE_S = 1.0  # a topic with no message this long after start gets a notice
@@ -60,7 +66,8 @@ class TopicRobot:
         self.clock, self.wall_clock = clock, wall_clock
         self.episode_returns: list[float] = []
         self._counters = {"malformed": 0, "nonfinite": 0, "wrong_length": 0, "unknown_joint": 0, "waiting": 0,
-                          "send_failed": 0, "messages": 0, "command_clamped": 0, "command_quiet": 0}  # fmt: skip
+                          "send_failed": 0, "messages": 0, "command_clamped": 0, "command_quiet": 0,
+                          "episodes": 0}  # fmt: skip
         self._measured = mapping.measured_topics
         self._last_action = np.zeros(action_dim)  # [A] what send() got last
         self._quiet: set[int] = set()  # command inputs that are zero now because their topic went quiet
@@ -71,6 +78,9 @@ class TopicRobot:
             self._entries.setdefault(selection.topic, []).append((i, selection))
         self.notices = Notices()
         self._start = clock()
+        self._episode_topic = mapping.episode[0] if mapping.episode is not None else None
+        self._episode_count: int | None = None  # the robot's latest episode count (None before its first message)
+        self.episodes_started = None if self._episode_topic is None else 0  # changes seen, as of the latest read
 
     @property
     def counters(self) -> dict[str, int]:
@@ -121,6 +131,17 @@ class TopicRobot:
             parts[i] = part
         self._latest[topic] = (parts, self._measurement_time(message, received))
         self._counters["messages"] += 1
+
+    def _accept_episode(self, payload: bytes) -> None:
+        """The robot's episode count: a change is one boundary (several between two reads reset once)."""
+        try:
+            count = int(cdr.decode(EPISODE_TYPE, payload)["data"])
+        except (cdr.CdrError, KeyError, TypeError, ValueError):
+            self._counters["malformed"] += 1
+            return
+        if self._episode_count is not None and count != self._episode_count:
+            self._counters["episodes"] += 1
+        self._episode_count = count
 
     def _command_input(self, selection: Selection, message: dict) -> np.ndarray | None:
         try:
@@ -195,6 +216,10 @@ class TopicRobot:
         for topic, payload, received in arrived:  # in arrival order: the newest good message of a topic wins
             if topic in self.map.topics:
                 self._accept(topic, payload, received)
+            elif topic == self._episode_topic:
+                self._accept_episode(payload)
+        if self._episode_topic is not None:
+            self.episodes_started = self._counters["episodes"]
         missing = [topic for topic in self._measured if topic not in self._latest]
         if missing:
             self._counters["waiting"] += 1

@@ -6,6 +6,9 @@ Every ``period`` the env steps with the latest command and the robot publishes w
                              atan2(sin, cos) of the observation, velocity its rate), else ``obs_0`` ... ``obs_{D-1}``
                              holding the observation as positions.
     ``/robopt/observation``  std_msgs/Float64MultiArray, the observation vector (the default deploy map's input).
+    ``/robopt/episode``      std_msgs/UInt32, the number of episodes started after the first, published before the
+                             other topics of each period (the default deploy map's ``episode``: a runtime resets a
+                             policy with memory when it changes).
 and takes ``std_msgs/Float64MultiArray`` commands on ``--command-topic`` (``/robopt/command``; ros2_control's
 forward command controllers take the same message on ``/<controller>/commands``), clipped into the action bounds.
 A robot from its description (a config or run directory with ``env.id: robot``) publishes ``/joint_states`` by
@@ -34,6 +37,7 @@ from robopt.sim2real.serve_common import COMMAND_TIMEOUT_PERIODS, ServeResult, c
 from robopt.sim2real.transport import Qos
 
 JOINT_STATES, OBSERVATION, COMMAND = "/joint_states", "/robopt/observation", "/robopt/command"
+EPISODE, UINT32 = "/robopt/episode", "std_msgs/msg/UInt32"
 JOINT_STATE, FLOAT64_ARRAY = "sensor_msgs/msg/JointState", "std_msgs/msg/Float64MultiArray"
 TWIST = "geometry_msgs/msg/Twist"
 
@@ -116,7 +120,8 @@ class TopicSimRobotServer:
             if cmd_vel_topic is not None:
                 subscriptions[cmd_vel_topic] = (TWIST, Qos("reliable", 10))
             publications = {JOINT_STATES: (JOINT_STATE, Qos("best_effort", 5)),
-                            OBSERVATION: (FLOAT64_ARRAY, Qos("reliable", 10))}  # fmt: skip
+                            OBSERVATION: (FLOAT64_ARRAY, Qos("reliable", 10)),
+                            EPISODE: (UINT32, Qos("reliable", 10))}  # fmt: skip
             if self.view is not None:
                 publications.update({t: (full, Qos("best_effort", 5)) for t, full in self.view.publications().items()})
             if transport == "ros2":
@@ -144,10 +149,11 @@ class TopicSimRobotServer:
         self._inbox: list = []  # heap of (due, n, payload)
         self._outbox: list = []  # heap of (due, n, topic, payload)
         self._n = 0
+        self.episodes = 0  # episodes started after the first (auto-resets)
 
     def ready_line(self) -> str:
         timeout = f"{self.command_timeout:g} s" if self.command_timeout > 0 else "off"
-        out = ", ".join([*(self.view.publications() if self.view else [JOINT_STATES]), OBSERVATION])
+        out = ", ".join([*(self.view.publications() if self.view else [JOINT_STATES]), OBSERVATION, EPISODE])
         takes = " (joint position targets, rad)" if self.view is not None else ""
         scored = f", scoring {self.cmd_vel_topic}" if self.cmd_vel_topic else ""
         return (
@@ -163,7 +169,8 @@ class TopicSimRobotServer:
             if self.view is not None
             else [(JOINT_STATES, JOINT_STATE, joint_state(self.env_id, obs, now_wall))]
         )
-        for topic, full, message in (*measured, (OBSERVATION, FLOAT64_ARRAY, {"data": obs})):
+        episode = (EPISODE, UINT32, {"data": self.episodes})  # first: with or before the episode's first obs
+        for topic, full, message in (episode, *measured, (OBSERVATION, FLOAT64_ARRAY, {"data": obs})):
             if self.rng.random() < self.loss:
                 self.counters["lost_out"] += 1
                 continue
@@ -229,6 +236,7 @@ class TopicSimRobotServer:
         if self.view is not None:
             self.view.step(self.env.dt, bool(terminated[0]))
         if bool(terminated[0] or truncated[0]):
+            self.episodes = (self.episodes + 1) % 2**32
             result.episode_returns.append(float(info["episode_return"][0]))
             result.episode_lengths.append(int(info["episode_length"][0]))
             self.log(f"episode {len(result.episode_returns)}: return {result.episode_returns[-1]:.3f} "

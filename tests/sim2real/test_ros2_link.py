@@ -48,6 +48,7 @@ def pendulum_section(transport: dict) -> dict:
     return {
         **transport,
         "command": {"topic": "/robopt/command", "type": "std_msgs/Float64MultiArray"},
+        "episode": {"topic": "/robopt/episode"},  # sim-robot's episode count
         "observation": [
             {"topic": "/joint_states", "type": "sensor_msgs/JointState", "field": "position", "joints": ["hinge"],
              "transform": ["cos", "sin"]},
@@ -179,6 +180,7 @@ def test_policy_over_topics_returns_what_it_returns_in_process(
         assert abs(deployed - expected) <= tolerance * abs(expected), (returns, reference)
     counters = summary["counters"]
     assert summary["ticks"] > 500 and counters["robot.malformed"] == 0 and counters["robot.unknown_joint"] == 0
+    assert counters["robot.episodes"] in (1, 2)  # the boundary after episode 1 (and 2's, if it came before the end)
 
 
 def hostile_payloads(count: int, rng: np.random.Generator) -> list[bytes]:

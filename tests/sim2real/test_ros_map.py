@@ -97,6 +97,32 @@ def test_receive_time_without_a_header_or_with_stamps_receive():
     assert robot.read()[1] == 88.0  # an unset stamp (0 s): the receive time
 
 
+def test_the_episode_topic_counts_the_robots_boundaries_as_of_the_read():
+    """robot.episode: each change of the robot's episode count is one boundary; the first message is the baseline,
+    a malformed one is counted and dropped, and without the topic no boundaries are reported (None)."""
+    assert make_robot()[0].episodes_started is None
+    robot, link, clocks = make_robot({**PENDULUM, "episode": {"topic": "/robot/episode"}})
+    assert set(robot.map.subscriptions) == {"/joint_states", "/robot/episode"}
+    assert "/robot/episode" not in robot.map.measured_topics  # the observation does not wait for it
+
+    def episode(count: int) -> tuple:
+        return ("/robot/episode", cdr.encode("std_msgs/msg/UInt32", {"data": count}), clocks.monotonic)
+
+    state = ("/joint_states", joint_states(["hinge"], [0.1], [0.0], clocks.wall), clocks.monotonic)
+    link.inbox += [episode(7), state]
+    assert robot.read()[0] is not None and robot.episodes_started == 0  # 7: where the robot's count stands
+    link.inbox += [episode(7), episode(8)]
+    assert robot.episodes_started == 0  # as of the latest read
+    robot.read()
+    assert robot.episodes_started == 1
+    link.inbox += [episode(9), episode(10), ("/robot/episode", b"\x00\x01", clocks.monotonic)]
+    robot.read()
+    assert robot.episodes_started == 3 and robot.counters["malformed"] == 1 and robot.counters["episodes"] == 3
+    link.inbox += [episode(0)]  # a robot that restarts its count: a change, so a boundary
+    robot.read()
+    assert robot.episodes_started == 4
+
+
 def test_every_transform_and_selection():
     section = {
         "command": {"topic": "/cmd_vel", "type": "geometry_msgs/Twist", "fields": ["linear.x", "angular.z"]},
@@ -228,6 +254,10 @@ def test_a_silent_topic_and_an_unknown_joint_are_reported_once():
         ),
         ({"command": {"topic": "/joint_states"}}, "/joint_states is also an observation topic"),
         ({"command": {"topic": "/c", "scale": [1.0, 2.0]}}, "robot.command.scale: 2 numbers for 1 actions"),
+        ({"episode": {"topic": "/e", "type": "std_msgs/Float64MultiArray"}}, "allowed: std_msgs/UInt32"),
+        ({"episode": {"topic": "/joint_states"}}, "robot.episode.topic: /joint_states is also an observation"),
+        ({"episode": "/e"}, "robot.episode: expected {topic, type: std_msgs/UInt32, qos}"),
+        ({"episode": {"topic": "e"}}, "robot.episode: "),
     ],
 )
 def test_bad_maps_are_one_line_config_errors(change, message):
