@@ -51,10 +51,28 @@ PUSH_INTERVAL, PUSH_DURATION = 100, 5  # steps between pushes, steps each push l
 
 
 class _OnnxActor:
-    """An export's ONNX model behind ``act(obs [N, D]) -> (action [N, A], {})`` as ``evaluate_policy`` calls it."""
+    """An export's ONNX model behind ``act(obs [N, D]) -> (action [N, A], {})`` as ``evaluate_policy`` calls it; a
+    model with memory (the sidecar's ``state_dim`` M) is a recurrent policy instead, whose state ``PolicyActor``
+    carries row by row and zeroes where an episode starts, as the deploy runtime does at a reported boundary."""
 
     def __init__(self, model) -> None:
         self.model = model
+        self.recurrent = bool(model.state_dim)
+
+    def initial_state(self, n: int):
+        import torch
+
+        return torch.zeros(n, self.model.state_dim)
+
+    def step(self, obs, state, episode_start, deterministic: bool = True):
+        """obs [N, D], state [N, M], episode_start [N] -> (action [N, A], {}, next state [N, M])."""
+        import torch
+
+        state = torch.where(episode_start[:, None].to(state.device), torch.zeros_like(state), state)
+        action, next_state = self.model.step(
+            obs.detach().cpu().numpy().astype(np.float32), state.cpu().numpy().astype(np.float32)
+        )
+        return torch.from_numpy(action).to(obs.device), {}, torch.from_numpy(next_state)
 
     def act(self, obs, deterministic: bool = True):
         import torch
@@ -100,15 +118,6 @@ def _load_source(source: Path):
     if (source / SIDECAR_NAME).is_file():
         from robopt.sim2real.model import load_export
 
-        try:
-            state_dim = read_sidecar(source).state_dim
-        except DeployError as error:
-            raise ConfigError(str(error)) from None
-        if state_dim:
-            raise ConfigError(
-                f"{str(source)!r} is a policy with memory (state_dim {state_dim}); evaluate-transfer runs an export's "
-                "model without state: give the run directory instead (its policy carries its state)"
-            )
         try:
             env_id = native_twin(read_sidecar(source).env_id)
             sidecar, model = load_export(source)

@@ -167,6 +167,19 @@ def test_run_and_export_give_the_same_table(hopper, tmp_path):
     np.testing.assert_allclose(from_export.nominal_returns, from_run.nominal_returns, atol=1e-4)
 
 
+def test_a_recurrent_export_carries_its_state_through_the_grid(tmp_path):
+    """A GRU policy's export (obs and state in, action and next state out) gives the run's table: the ONNX model's
+    state is carried row by row and zeroed where an episode starts, as the torch policy's is."""
+    run_dir = _train(tmp_path / "runs", "mujoco/Hopper", "env.kwargs={max_episode_steps: 60}",
+                     "policy.recurrent={type: gru, hidden: 16, sequence_length: 8}")  # fmt: skip
+    export_dir = export_run(run_dir, formats=("onnx",)).out_dir
+    grid = {"body_mass": [0.5, 1.0]}
+    from_run = evaluate_transfer(run_dir, grid, episodes=3, seed=0, out=tmp_path / "run")
+    from_export = evaluate_transfer(export_dir, grid, episodes=3, seed=0, out=tmp_path / "export")
+    np.testing.assert_allclose(from_export.returns, from_run.returns, atol=1e-4)
+    np.testing.assert_allclose(from_export.nominal_returns, from_run.nominal_returns, atol=1e-4)
+
+
 def test_gymnasium_id_maps_to_native_twin_without_randomization(hopper, tmp_path):
     """An export whose sidecar names Hopper-v5 and a body-mass randomization runs on mujoco/Hopper, fixed dynamics."""
     _, export_dir = hopper

@@ -151,7 +151,6 @@ def test_state_is_zeroed_after_a_fault_and_an_estop_and_never_carried(recurrent_
 
 def test_bad_inputs_are_one_line(recurrent_run, tmp_path):
     from robopt.commands.collect import collect
-    from robopt.sim2real.evaluate import evaluate_transfer
     from robopt.sim2real.model import OnnxPolicy
     from robopt.sim2real.sidecar import read_sidecar
 
@@ -165,8 +164,6 @@ def test_bad_inputs_are_one_line(recurrent_run, tmp_path):
             report.out_dir / "policy.onnx", replace(sidecar, state_dim=0, format_version=2))),
         (ConfigError, "robopt collect records memoryless policies", lambda: collect(
             "pendulum/recurrent", 1, run_dir=run_dir, root=tmp_path, progress=False)),
-        (ConfigError, "give the run directory instead", lambda: evaluate_transfer(
-            report.out_dir, {"body_mass": [1.0]}, episodes=1, out=tmp_path / "t")),
     ]  # fmt: skip
     for error_type, message, call in checks:
         with pytest.raises(error_type, match=message) as error:
