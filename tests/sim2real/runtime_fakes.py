@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -100,3 +102,18 @@ def untrained_run(config, run_dir, module: str):
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
     save_checkpoint(run_dir / LAST_CHECKPOINT, {"loop": {"policy": policy.state_dict()}})
     return policy.eval()
+
+
+@contextmanager
+def serving(server, duration: float = 10.0):
+    """``server.run`` (a sim-robot server) in a thread for the block: yields (stop event, thread, results); after it,
+    the server is stopped, joined and closed."""
+    stop, results = threading.Event(), []
+    thread = threading.Thread(target=lambda: results.append(server.run(duration=duration, stop=stop)))
+    thread.start()
+    try:
+        yield stop, thread, results
+    finally:
+        stop.set()
+        thread.join(timeout=5.0)
+        server.close()

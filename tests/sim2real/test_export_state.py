@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from runtime_fakes import untrained_run
+from runtime_fakes import serving, untrained_run
 
 from robopt.build import build_env
 from robopt.config import ConfigError, load_config
@@ -96,8 +96,6 @@ def test_runtime_on_a_sim_robot_matches_the_torch_policy_with_its_state(recurren
 def test_runtime_over_udp_zeroes_the_state_at_each_episode_the_robot_flags(recurrent_run):
     """A sim robot served over UDP (robopt sim-robot, in a thread) flags each episode's end in its OBS packet; the
     runtime zeroes the memory once per flagged episode (20-step episodes at 100 Hz: about 5 a second)."""
-    import threading
-
     from robopt.sim2real.deploy_config import DeployConfig
     from robopt.sim2real.model import load_export
     from robopt.sim2real.network import UdpRobot
@@ -107,22 +105,14 @@ def test_runtime_over_udp_zeroes_the_state_at_each_episode_the_robot_flags(recur
     run_dir, _, _, report = recurrent_run
     sidecar, model = load_export(report.out_dir)
     server = SimRobotServer(str(run_dir), period=0.01, seed=3, log=lambda line: None)
-    stop, results = threading.Event(), []
-    thread = threading.Thread(target=lambda: results.append(server.run(duration=10.0, stop=stop)))
-    thread.start()
-    robot = UdpRobot("127.0.0.1", server.address[1], sidecar.robot_obs_dim, sidecar.action_dim)
-    try:
-        loop = ControlLoop(model, robot, sidecar, DeployConfig(period=0.01, estop_after=0))
+    with serving(server) as (_, _, results):
+        robot = UdpRobot("127.0.0.1", server.address[1], sidecar.robot_obs_dim, sidecar.action_dim)
+        loop = ControlLoop(model, robot, sidecar, DeployConfig(period=0.01, estop_after=0))  # closes the robot
         try:
             loop.run(duration=1.5)
             resets, flagged = loop.counters["episode_resets"], robot.episodes_started
         finally:
             loop.close()
-    finally:
-        robot.close()
-        stop.set()
-        thread.join(timeout=5.0)
-        server.close()
     ended = len(results[0].episode_returns)
     assert resets == flagged >= 3 and flagged <= ended, (resets, flagged, ended)  # the robot ended and reported
 

@@ -15,7 +15,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from runtime_fakes import wait_until
+from runtime_fakes import serving, wait_until
 
 from robopt.sim2real.network import UdpRobot
 from robopt.sim2real.protocol import KIND_ACTION, KIND_OBS, encode
@@ -72,37 +72,32 @@ def test_sim_robot_loss_latency_and_malformed_actions():
     from robopt.sim2real.server import SimRobotServer
 
     server = SimRobotServer("Pendulum-v1", period=0.01, latency_ms=25.0, loss=0.2, seed=1, log=lambda line: None)
-    stop, results = threading.Event(), []
-    thread = threading.Thread(target=lambda: results.append(server.run(duration=10.0, stop=stop)))
-    thread.start()
-    robot = UdpRobot("127.0.0.1", server.address[1], OBS_DIM, ACTION_DIM)
-    try:
-        started = time.monotonic()
-        assert wait_until(lambda: robot.read()[0] is not None, 3.0)
-        assert time.monotonic() - started >= 0.05  # hello in and reset obs out, 25 ms each way
-        stranger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        good = encode(KIND_ACTION, 0, 0.0, np.array([0.1]))
-        bad = [
-            good[:-1] + bytes([good[-1] ^ 1]),  # checksum
-            encode(KIND_ACTION, 0, 0.0, np.array([0.1, 0.2])),  # count
-            encode(KIND_ACTION, 0, 0.0, np.array([np.nan]), allow_non_finite=True),  # non_finite
-            encode(KIND_OBS, 0, 0.0, np.array([0.1])),  # kind
-            b"",  # short
-        ]
-        for data in bad * 20:  # some are lost on the way (loss 0.2), the rest counted by reason
-            stranger.sendto(data, server.address)
-        stranger.close()
-        drive(robot, 1.5, until_episodes=10)
-        time.sleep(0.15)  # the client's last actions land while the server still runs
-        stop.set()
-        thread.join(timeout=5)
-        time.sleep(0.1)  # and the server's last observations
-        client = robot.counters
-    finally:
-        robot.close()
-        stop.set()
-        thread.join(timeout=5)
-        server.close()
+    with serving(server) as (stop, thread, results):
+        robot = UdpRobot("127.0.0.1", server.address[1], OBS_DIM, ACTION_DIM)
+        try:
+            started = time.monotonic()
+            assert wait_until(lambda: robot.read()[0] is not None, 3.0)
+            assert time.monotonic() - started >= 0.05  # hello in and reset obs out, 25 ms each way
+            stranger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            good = encode(KIND_ACTION, 0, 0.0, np.array([0.1]))
+            bad = [
+                good[:-1] + bytes([good[-1] ^ 1]),  # checksum
+                encode(KIND_ACTION, 0, 0.0, np.array([0.1, 0.2])),  # count
+                encode(KIND_ACTION, 0, 0.0, np.array([np.nan]), allow_non_finite=True),  # non_finite
+                encode(KIND_OBS, 0, 0.0, np.array([0.1])),  # kind
+                b"",  # short
+            ]
+            for data in bad * 20:  # some are lost on the way (loss 0.2), the rest counted by reason
+                stranger.sendto(data, server.address)
+            stranger.close()
+            drive(robot, 1.5, until_episodes=10)
+            time.sleep(0.15)  # the client's last actions land while the server still runs
+            stop.set()
+            thread.join(timeout=5)
+            time.sleep(0.1)  # and the server's last observations
+            client = robot.counters
+        finally:
+            robot.close()
     c = Counter(results[0].counters)
     dropped_by_reason = sum(c[k] for k in ("checksum", "count", "non_finite", "kind", "short"))
     assert all(c[k] > 5 for k in ("checksum", "count", "non_finite", "kind", "short")), c
