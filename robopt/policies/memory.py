@@ -93,16 +93,18 @@ class RecurrentTorso(nn.Module):
         """The flat state [.., M] as one [.., H] (GRU) or [.., 2H] (LSTM: h, c) block per layer."""
         return list(state.split(self.state_dim // self.layers, dim=-1))
 
-    def _cell(self, layer: int, projected: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step of layer ``layer``: input projection [.., G H] and its state -> (output h, new state)."""
+    def _cell(
+        self, weight: torch.Tensor, bias: torch.Tensor, projected: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of a layer with recurrent ``weight`` [G H, H] and ``bias`` [G H]: input projection [.., G H] and its
+        state -> (output h, new state). Gates are sliced as views (cheaper per step than ``split``'s Python wrapper)."""
         hidden = self.hidden
-        recurrent = torch.nn.functional.linear(state[..., :hidden], self.weight_hh[layer], self.bias_hh[layer])
+        recurrent = torch.nn.functional.linear(state[..., :hidden], weight, bias)
         if self.cell == "gru":  # r, z gates; n = tanh(i_n + r h_n); h' = (1 - z) n + z h = lerp(n, h, z)
-            i_rz, i_n = projected.split((2 * hidden, hidden), dim=-1)
-            h_rz, h_n = recurrent.split((2 * hidden, hidden), dim=-1)
-            reset, update = torch.sigmoid(i_rz + h_rz).chunk(2, dim=-1)
-            candidate = torch.tanh(torch.addcmul(i_n, reset, h_n))
-            h = torch.lerp(candidate, state, update)
+            gates = torch.sigmoid(projected[..., : 2 * hidden] + recurrent[..., : 2 * hidden])
+            candidate = torch.tanh(torch.addcmul(projected[..., 2 * hidden :], gates[..., :hidden],
+                                                 recurrent[..., 2 * hidden :]))  # fmt: skip
+            h = torch.lerp(candidate, state, gates[..., hidden:])
             return h, h
         # i, f, g, o gates; c' = f c + i g, h' = o tanh(c'); one sigmoid over all four (g's share is unused)
         gates = projected + recurrent
@@ -117,9 +119,9 @@ class RecurrentTorso(nn.Module):
         states, new_states = self._split(state), []
         for layer in range(self.layers):
             projected = torch.nn.functional.linear(x, self.weight_ih[layer], self.bias_ih[layer])
-            x, layer_state = self._cell(layer, projected, states[layer])
+            x, layer_state = self._cell(self.weight_hh[layer], self.bias_hh[layer], projected, states[layer])
             new_states.append(layer_state)
-        return x, torch.cat(new_states, dim=-1)
+        return x, new_states[0] if self.layers == 1 else torch.cat(new_states, dim=-1)
 
     def sequence(
         self, x: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor
@@ -129,22 +131,22 @@ class RecurrentTorso(nn.Module):
         Returns the outputs [S, L, H] and the state after each step [S, L, M] (before the next step's reset). Each
         layer's input projection of the whole sequence is one matrix product; the recurrence loops over L.
         """
-        length = x.shape[1]
-        keep = (~episode_start).to(x.dtype).unsqueeze(-1)  # [S, L, 1]
+        keep = (~episode_start).to(x.dtype).unsqueeze(-1).unbind(1)  # L of [S, 1]
         resets = episode_start.any(0).tolist()  # [L]: steps where some row starts (one host read per call)
         states, after = self._split(state), []
         for layer in range(self.layers):
+            weight, bias = self.weight_hh[layer], self.bias_hh[layer]  # fetched once, not once per step
             projected = torch.nn.functional.linear(x, self.weight_ih[layer], self.bias_ih[layer])  # [S, L, G H]
             layer_state, outputs, layer_after = states[layer], [], []
-            for t in range(length):
+            for t, projected_t in enumerate(projected.unbind(1)):
                 if resets[t]:
-                    layer_state = layer_state * keep[:, t]
-                h, layer_state = self._cell(layer, projected[:, t], layer_state)
+                    layer_state = layer_state * keep[t]
+                h, layer_state = self._cell(weight, bias, projected_t, layer_state)
                 outputs.append(h)
                 layer_after.append(layer_state)
             x = torch.stack(outputs, dim=1)  # [S, L, H]: the next layer's input
             after.append(torch.stack(layer_after, dim=1))
-        return x, torch.cat(after, dim=-1)
+        return x, after[0] if self.layers == 1 else torch.cat(after, dim=-1)
 
     def over_rows(self, x: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor, length: int, what: str):
         """The outputs [B, H] of rows that are whole sequences of ``length`` steps in time order: x [B, in], the state
