@@ -133,7 +133,8 @@ class TopicRobot:
         self._counters["messages"] += 1
 
     def _accept_episode(self, payload: bytes) -> None:
-        """The robot's episode count: a change is one boundary (several between two reads reset once)."""
+        """The robot's episode count: each change is one boundary (the control loop resets once per read in which
+        the count moved, however many changes arrived since the last)."""
         try:
             count = int(cdr.decode(EPISODE_TYPE, payload)["data"])
         except (cdr.CdrError, KeyError, TypeError, ValueError):
