@@ -109,8 +109,13 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--keep", type=float, default=0.8, help="fraction of the nominal return a cell must keep")
     parser.add_argument("--out", type=Path, default=Path("transfer"))
-    parser.add_argument("--arm", action="append", default=[], metavar="NAME=CONFIG",
-                        help="an arm and its config (repeat); default: the task's nominal and randomized configs")
+    parser.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        metavar="NAME=CONFIG",
+        help="an arm and its config (repeat); default: the task's nominal and randomized configs",
+    )
     args = parser.parse_args()
     arms = {arm: f"configs/ppo_{args.task.lower()}_fast{suffix}.yaml"
             for arm, suffix in (("nominal", ""), ("randomized", "_randomized"))}  # fmt: skip

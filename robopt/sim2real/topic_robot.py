@@ -80,11 +80,16 @@ class TopicRobot:
         self._start = clock()
         self._episode_topic = mapping.episode[0] if mapping.episode is not None else None
         self._episode_count: int | None = None  # the robot's latest episode count (None before its first message)
-        self.episodes_started = None if self._episode_topic is None else 0  # changes seen, as of the latest read
 
     @property
     def counters(self) -> dict[str, int]:
         return {**self._counters, **self.transport.counters}
+
+    @property
+    def episodes_started(self) -> int | None:
+        """Changes of the robot's episode count seen so far (only ``read`` takes messages in: as of the latest read);
+        None without an episode topic."""
+        return None if self._episode_topic is None else self._counters["episodes"]
 
     def take_notices(self) -> list[str]:
         return self.notices.take() + self.transport.take_notices()
@@ -219,8 +224,6 @@ class TopicRobot:
                 self._accept(topic, payload, received)
             elif topic == self._episode_topic:
                 self._accept_episode(payload)
-        if self._episode_topic is not None:
-            self.episodes_started = self._counters["episodes"]
         missing = [topic for topic in self._measured if topic not in self._latest]
         if missing:
             self._counters["waiting"] += 1

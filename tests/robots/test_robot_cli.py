@@ -186,7 +186,8 @@ def test_the_quadruped_over_topics_from_its_sidecar(exported, tmp_path, request,
     publisher = threading.Thread(target=teleop, daemon=True)
     try:
         ready = server.stdout.readline()
-        assert "/joint_states, /imu, /odom, /robopt/observation, /robopt/episode out" in ready, ready + server.stdout.read()
+        published = "/joint_states, /imu, /odom, /robopt/observation, /robopt/episode out"
+        assert published in ready, ready + server.stdout.read()
         assert "(joint position targets, rad) in, scoring /cmd_vel" in ready
         config = yaml.safe_load((ROOT / "configs" / "deploy" / "quadruped_ros2.yaml").read_text())
         config["robot"].pop("ros2")
