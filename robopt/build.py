@@ -8,24 +8,20 @@ The sections are those the composition root ``robopt.experiment`` installed.
 
 from __future__ import annotations
 
-import pickle
 import random
-from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 from robopt.algorithms import ALGORITHMS
 from robopt.algorithms.kinds import build_critic, privileged_dim  # noqa: F401  (re-exported: the builder's parts)
-from robopt.checkpoint import load_checkpoint
+from robopt.checkpoint import LAST_CHECKPOINT  # noqa: F401  (re-exported: callers import it from here)
 from robopt.config import ConfigError, ExperimentConfig, config_to_dict, registered_sections
 from robopt.distributed.collective import LOCAL, RANK_SEED_STRIDE, Collective, rank_config
 from robopt.envs import make_env
 from robopt.policies import POLICIES
 from robopt.policies.recurrent import check_sequence_length
-
-LAST_CHECKPOINT = "checkpoints/last.pt"
+from robopt.warm_start import initialize_critics, initialize_policy
 
 
 def seed_everything(seed: int) -> None:
@@ -155,104 +151,6 @@ def resolve_torch_threads(config: ExperimentConfig) -> tuple[int, str]:
     if torch.device(config.device).type == "cpu":
         return 1, "auto: small networks on CPU"
     return torch.get_num_threads(), "auto: torch default beside a GPU"
-
-
-def same_task(first: str, second: str) -> bool:
-    """Whether two env ids name one task (a native ``mujoco/<Task>`` id and its Gymnasium twin do)."""
-    from robopt.envs.registry import gymnasium_twin
-
-    def canonical(env_id: str) -> str:
-        return gymnasium_twin(env_id) if env_id.startswith("mujoco/") else env_id
-
-    try:
-        return canonical(first) == canonical(second)
-    except ValueError:
-        return first == second
-
-
-def initialize_policy(policy: torch.nn.Module, config: ExperimentConfig) -> None:
-    """Load ``config.init_from``'s policy (weights and normalizer) into ``policy``; mismatches are one-line errors."""
-    run_dir = Path(config.init_from)
-    source = _source_identity(run_dir)
-    if source is None or not (run_dir / LAST_CHECKPOINT).is_file():
-        raise ConfigError(f"init_from={str(run_dir)!r} is not a run directory with a checkpoint ({LAST_CHECKPOINT})")
-    source_env, source_policy = source
-    if not same_task(source_env, config.env.id):
-        raise ConfigError(f"init_from={str(run_dir)!r} was trained on {source_env}, this config runs {config.env.id}")
-    if source_policy != config.policy.name:
-        raise ConfigError(
-            f"init_from={str(run_dir)!r} holds a {source_policy} policy, this config a {config.policy.name} policy"
-        )
-    try:
-        state = load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"]["policy"]
-        policy.load_state_dict(state)
-    except (RuntimeError, KeyError, EOFError, OSError, pickle.UnpicklingError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ConfigError(
-            f"init_from={str(run_dir)!r}: its policy does not fit this config's (policy sizes differ?): {first}"
-        ) from None
-
-
-WARM_START_MODULES = ("critic", "target_critic", "value")
-
-
-def initialize_critics(algorithm, config: ExperimentConfig) -> list[str]:
-    """Warm-start an off-policy algorithm's critics (Q, target Q, V) from ``config.init_critic_from``'s (else
-    ``init_from``'s) checkpoint when it has them (an IQL, FQL, QGF, SAC or TD3 run): offline pretraining, then
-    online fine-tuning. Returns what was loaded; a critic of another size is a one-line error. An ``init_from``
-    source without critics (behaviour cloning) loads none; an explicit ``init_critic_from`` that holds none of this
-    algorithm's critics (a PPO run) is a one-line error."""
-    run_dir = Path(config.init_critic_from or config.init_from)
-    if not (run_dir / LAST_CHECKPOINT).is_file():
-        raise ConfigError(f"init_critic_from={str(run_dir)!r} is not a run directory with a checkpoint")
-    state = load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"].get("algorithm")
-    loaded = []
-    for name in WARM_START_MODULES:
-        module = getattr(algorithm, name, None)
-        if not isinstance(state, dict) or name not in state or not isinstance(module, torch.nn.Module):
-            continue
-        try:
-            module.load_state_dict(state[name])
-        except RuntimeError as error:
-            first = str(error).strip().splitlines()[0]
-            raise ConfigError(
-                f"{str(run_dir)!r}: its {name} does not fit this config's critics (hidden widths or number of "
-                f"critics differ?): {first}"
-            ) from None
-        loaded.append(name)
-    if not loaded and config.init_critic_from:  # asked for explicitly: loading nothing is an error, not a no-op
-        source = _source_algorithm(run_dir)
-        raise ConfigError(
-            f"init_critic_from={config.init_critic_from!r} holds no Q critics ({', '.join(WARM_START_MODULES)}: "
-            f"none found{f'; it is a {source} run' if source else ''}); give an off-policy run (IQL, FQL, QGF, "
-            "SAC, TD3...) or drop init_critic_from"
-        )
-    return loaded
-
-
-def _source_algorithm(run_dir: Path) -> str:
-    """``algo.name`` of a run directory's saved config, read as plain YAML; '' when there is none."""
-    try:
-        data = yaml.safe_load((run_dir / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        return ""
-    algo = data.get("algo") if isinstance(data, dict) else None
-    return str(algo.get("name", "")) if isinstance(algo, dict) else ""
-
-
-def _source_identity(run_dir: Path) -> tuple[str, str] | None:
-    """(env id, policy name) of a run directory's saved config, read as plain YAML; None when there is none."""
-    path = run_dir / "config.yaml"
-    try:
-        data = yaml.safe_load(path.read_text()) if path.is_file() else None
-    except (OSError, yaml.YAMLError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    env, policy = data.get("env") or {}, data.get("policy") or {}
-    if not isinstance(env, dict) or not isinstance(policy, dict):
-        return None
-    return str(env.get("id", "")), str(policy.get("name", "gaussian"))
 
 
 def algorithm_name(config: ExperimentConfig) -> str:

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+LAST_CHECKPOINT = "checkpoints/last.pt"  # a run directory's newest checkpoint (resume, evaluation, warm starts)
+
 
 def save_checkpoint(path: Path, state: dict) -> None:
     """Write ``state`` atomically: a crash mid-write never leaves a truncated file under ``path``."""

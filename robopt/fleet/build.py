@@ -25,11 +25,12 @@ def build_fleet_loop(config, initialize: bool = False, worker_options: dict[int,
 
     ``worker_options``: extra ``RobotWorker`` arguments per robot id (tests: ``{1: {"corrupt_after": 2}}``).
     """
-    from robopt.build import build_env, build_policy, initialize_policy
+    from robopt.build import build_env, build_policy
     from robopt.fleet.config import check_fleet_config, hub_fingerprint
     from robopt.fleet.hub import hub_from_schedule
     from robopt.fleet.worker import robot_actor, wait_ready
     from robopt.policies.gaussian import GaussianPolicy
+    from robopt.warm_start import initialize_policy
 
     fleet, algo_name = config.fleet, config_to_dict(config)["algo"]["name"]
     steps_per_robot = check_fleet_config(config)

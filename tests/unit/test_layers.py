@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("robopt.core", "robopt.distributed")),
     ("domain", ("robopt.policies", "robopt.buffers", "robopt.envs", "robopt.data", "robopt.llm")),
     ("algorithms", ("robopt.algorithms",)),
-    ("build", ("robopt.build", "robopt.fleet")),
+    ("build", ("robopt.build", "robopt.warm_start", "robopt.fleet")),
     ("composition root", ("robopt.experiment",)),
     ("runner", ("robopt.runner", "robopt.evaluation")),
     ("features", ("robopt.sweeps", "robopt.sim2real")),
