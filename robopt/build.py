@@ -3,7 +3,7 @@
 ``build_loop`` seeds and picks the run's kind: the kind a config section claims (the fleet's ``runs_as``) is built
 by that section's ``loop``; the algorithms' kinds (``on_policy``, ``off_policy``, ``pretrain``) by
 ``build_algorithm_loop``, which calls the algorithm's ``AlgorithmSpec.build`` (one signature, returns the loop).
-The sections are those the composition root ``robopt.experiment`` installed.
+The sections are those the config carries (``robopt.config.sections_of``: its class names them).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from robopt.algorithms import ALGORITHMS
 from robopt.algorithms.kinds import build_critic, privileged_dim  # noqa: F401  (re-exported: the builder's parts)
 from robopt.checkpoint import LAST_CHECKPOINT  # noqa: F401  (re-exported: callers import it from here)
-from robopt.config import ConfigError, ExperimentConfig, config_to_dict, registered_sections
+from robopt.config import ConfigError, Experiment, config_to_dict, sections_of
 from robopt.distributed.collective import LOCAL, RANK_SEED_STRIDE, Collective, rank_config
 from robopt.envs import make_env
 from robopt.policies import POLICIES
@@ -53,7 +53,7 @@ def check_device(name: str) -> torch.device:
     return device
 
 
-def build_env(config: ExperimentConfig, num_envs: int | None = None, policy_side: bool = True, **extra):
+def build_env(config: Experiment, num_envs: int | None = None, policy_side: bool = True, **extra):
     """The VecEnv of a config; env construction errors become one-line ConfigErrors.
 
     ``env.observe`` keeps only those observation indices (``robopt.envs.observe.ObservationSelectEnv``, always:
@@ -91,7 +91,7 @@ def build_env(config: ExperimentConfig, num_envs: int | None = None, policy_side
     return ActionChunkEnv(env, horizon)
 
 
-def policy_view(config: ExperimentConfig, env, policy_side: bool = True):
+def policy_view(config: Experiment, env, policy_side: bool = True):
     """``env`` as the config's policy sees it: its ``env.observe`` selection, then (``policy_side``) the window of
     ``policy.history`` K > 1 steps. ``evaluate-transfer`` wraps its native grid envs with it."""
     env = _observe(config, env)
@@ -103,7 +103,7 @@ def policy_view(config: ExperimentConfig, env, policy_side: bool = True):
     return env
 
 
-def _observe(config: ExperimentConfig, env):
+def _observe(config: Experiment, env):
     """``env`` with only the ``env.observe`` indices (itself when the selection is empty)."""
     if not config.env.observe:
         return env
@@ -116,21 +116,21 @@ def _observe(config: ExperimentConfig, env):
     return ObservationSelectEnv(env, config.env.observe)
 
 
-def section_env_options(config: ExperimentConfig) -> dict:
+def section_env_options(config: Experiment) -> dict:
     """The env options the config's sections give (``Section.env_options``: the robot's description and task)."""
     options: dict = {}
-    for section in registered_sections().values():
+    for section in sections_of(config).values():
         if section.env_options is not None:
             options.update(section.env_options(config))
     return options
 
 
-def evaluation_env_options(config: ExperimentConfig) -> dict:
+def evaluation_env_options(config: Experiment) -> dict:
     """Env options for evaluating a run: a language task's held-out prompts, one greedy completion each."""
     return {"split": "heldout", "group_size": 1} if config.env.id == "robopt/Text" else {}
 
 
-def build_policy(config: ExperimentConfig, env) -> torch.nn.Module:
+def build_policy(config: Experiment, env) -> torch.nn.Module:
     """The config's policy for ``env``; a policy that cannot be built from it (sizes, a model directory, LoRA
     targets) is a one-line ConfigError naming the policy kind."""
     try:
@@ -139,7 +139,7 @@ def build_policy(config: ExperimentConfig, env) -> torch.nn.Module:
         raise ConfigError(f"policy.name={config.policy.name}: {error}") from None
 
 
-def resolve_torch_threads(config: ExperimentConfig) -> tuple[int, str]:
+def resolve_torch_threads(config: Experiment) -> tuple[int, str]:
     """(intra-op threads, why): ``torch_threads`` when set; otherwise 1 on CPU, torch's default on a GPU.
 
     On CPU, robopt's networks are small (64-256 wide, minibatches of 64-4096): a second intra-op thread saves
@@ -153,7 +153,7 @@ def resolve_torch_threads(config: ExperimentConfig) -> tuple[int, str]:
     return torch.get_num_threads(), "auto: torch default beside a GPU"
 
 
-def algorithm_name(config: ExperimentConfig) -> str:
+def algorithm_name(config: Experiment) -> str:
     """``algo.name`` of a config (the registry key of its algorithm section)."""
     return config_to_dict(config)["algo"]["name"]
 
@@ -161,15 +161,15 @@ def algorithm_name(config: ExperimentConfig) -> str:
 ALGORITHM_KINDS = ("on_policy", "off_policy", "pretrain")  # the kinds build_algorithm_loop builds
 
 
-def _claimed_kinds(config: ExperimentConfig) -> list[tuple[str, object]]:
+def _claimed_kinds(config: Experiment) -> list[tuple[str, object]]:
     """(kind, loop builder) of each config section that claims the run (``Section.runs_as``: the fleet's)."""
     return [
-        (kind, section.loop) for section in registered_sections().values()
+        (kind, section.loop) for section in sections_of(config).values()
         if section.runs_as and (kind := section.runs_as(config))
     ]  # fmt: skip
 
 
-def run_kind(config: ExperimentConfig) -> str:
+def run_kind(config: Experiment) -> str:
     """The run's kind: the one a config section claims (``fleet`` with robots), else the algorithm's."""
     claimed = _claimed_kinds(config)
     if len(claimed) > 1:
@@ -178,7 +178,7 @@ def run_kind(config: ExperimentConfig) -> str:
     return claimed[0][0] if claimed else ALGORITHMS[algorithm_name(config)].kind
 
 
-def build_loop(config: ExperimentConfig, initialize: bool = False, collective: Collective = LOCAL):
+def build_loop(config: Experiment, initialize: bool = False, collective: Collective = LOCAL):
     """Seeded env, policy, algorithm and the loop of the run's kind (``run_kind``).
 
     ``initialize`` loads ``config.init_from``'s policy before the algorithm is built (a new run, not a resume).
@@ -193,7 +193,7 @@ def build_loop(config: ExperimentConfig, initialize: bool = False, collective: C
     kind = run_kind(config)
     build = dict(_claimed_kinds(config)).get(kind) or (build_algorithm_loop if kind in ALGORITHM_KINDS else None)
     if build is None:
-        raise ConfigError(f"no loop is registered for runs of kind {kind!r} (import robopt.experiment first)")
+        raise ConfigError(f"no loop is registered for runs of kind {kind!r} (its config's sections name none)")
     if collective.world_size == 1:
         return build(config, initialize)
     if kind not in ("on_policy", "off_policy"):
@@ -204,7 +204,7 @@ def build_loop(config: ExperimentConfig, initialize: bool = False, collective: C
     return build_algorithm_loop(rank_config(config, collective), initialize, collective)
 
 
-def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, collective: Collective = LOCAL):
+def build_algorithm_loop(config: Experiment, initialize: bool = False, collective: Collective = LOCAL):
     """The loop of an ``on_policy``, ``off_policy`` or ``pretrain`` algorithm, on one env batch of this process.
 
     With several ranks (``collective``) every rank draws the same initial weights from ``config.seed`` (and takes
@@ -244,7 +244,7 @@ def build_algorithm_loop(config: ExperimentConfig, initialize: bool = False, col
         raise
 
 
-def check_algorithm_config(config: ExperimentConfig, kind: str, initialize: bool) -> None:
+def check_algorithm_config(config: Experiment, kind: str, initialize: bool) -> None:
     """What a config asks that its algorithm's kind cannot do, as one-line ConfigErrors, before anything is built."""
     algo_name = algorithm_name(config)
     if initialize and config.critic_warmup > 0 and not config.init_from:
@@ -267,7 +267,7 @@ def check_algorithm_config(config: ExperimentConfig, kind: str, initialize: bool
 RECURRENT_ALGORITHMS = ("ppo", "trpo")  # on-policy updates that replay a recurrent policy's sequences
 
 
-def check_recurrent(config: ExperimentConfig) -> None:
+def check_recurrent(config: Experiment) -> None:
     """``policy.recurrent`` with an algorithm that cannot replay sequences: one line saying which can."""
     memory = getattr(config.policy, "recurrent", None)
     if memory is None or not memory.enabled:
@@ -282,7 +282,7 @@ def check_recurrent(config: ExperimentConfig) -> None:
     check_sequence_length(memory.sequence_length, config.rollout.num_steps)
 
 
-def check_critic_kind(config: ExperimentConfig, kind: str) -> None:
+def check_critic_kind(config: Experiment, kind: str) -> None:
     """``critic.privileged`` is an option of the on-policy value critic; elsewhere a one-line ConfigError."""
     if kind in ("pretrain", "off_policy") and config.critic.privileged:
         algo_name = algorithm_name(config)

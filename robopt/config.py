@@ -4,13 +4,16 @@ Every field has a default and a one-line doc (``metadata['doc']``); string field
 values list them in ``metadata['choices']``. Any unknown key or bad value raises ``ConfigError`` whose
 one-line message names the key, the value and what is allowed.
 
-This module is the core that knows no feature (DESIGN.md sections 8 and 9). ``ExperimentConfig`` holds what
-every run has (name, seed, budget, device, env, logging, where it starts from); every other section (``algo``,
-``rollout``, ``policy``, ``critic``, ``fleet``, ``robot``, ``task``) is a ``Section`` that the composition root,
-``robopt.experiment``, lists in one table and installs here with ``use_sections``; no feature registers itself.
-A section is read as an attribute (``config.algo``). A section may claim the run's kind (``runs_as``: the fleet
-turns a SAC run into a fleet run) and name the loop builder of that kind (``loop``); the builder dispatches on it.
-A config file may start from another (``extends: base.yaml``, ``load_config``).
+This module is the core that knows no feature (DESIGN.md sections 8 and 9). ``Experiment`` holds what every run
+has (name, seed, budget, device, env, logging, where it starts from) and reads its other sections (``algo``,
+``rollout``, ``policy``, ``critic``, ``fleet``, ``robot``, ``task``) from the ``Section`` table its class names
+(``__sections__``). The composition root, ``robopt.experiment``, defines the run config robopt uses,
+``ExperimentConfig``: this base with the one table of robopt's sections, and ``load_config`` / ``load_run_config``
+for it. No feature registers itself and nothing is installed globally: a config carries its table with its class,
+so every function here works on it whoever imported what. A section is read as an attribute (``config.algo``). A
+section may claim the run's kind (``runs_as``: the fleet turns a SAC run into a fleet run) and name the loop
+builder of that kind (``loop``); the builder dispatches on it. A config file may start from another
+(``extends: base.yaml``, ``read_config_file``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -29,19 +32,18 @@ from robopt.options import ConfigError, coerce, option
 __all__ = [
     "ConfigError",
     "EnvConfig",
-    "ExperimentConfig",
+    "Experiment",
     "LogConfig",
     "Section",
     "apply_overrides",
     "build_dataclass",
     "config_to_dict",
     "describe_fields",
-    "load_config",
-    "load_run_config",
     "option",
+    "parse_config_file",
+    "parse_run_config",
     "read_config_file",
-    "registered_sections",
-    "use_sections",
+    "sections_of",
 ]
 
 
@@ -112,33 +114,34 @@ class Section:
         return next(name for name, cls in self.choices.items() if cls is type(value))
 
 
-_SECTIONS: dict[str, Section] = {}
-
-
-def use_sections(sections: Iterable[Section]) -> None:
-    """Make ``sections`` the feature sections of every ``ExperimentConfig`` (in this order; each takes its default
-    value when a config omits it). Called once, by the composition root ``robopt.experiment``."""
-    table = {}
+def check_sections(sections: Iterable[Section]) -> tuple[Section, ...]:
+    """``sections`` as a run config's table: names unique, none shadowing a core field, each one kind of section."""
+    names: set[str] = set()
     for section in sections:
         if section.name in _CORE_FIELDS:
             raise ValueError(f"config section {section.name!r} would shadow a core field")
         if (section.config_cls is None) == (section.choices is None):
             raise ValueError(f"config section {section.name!r}: give config_cls or choices, not both")
-        if section.name in table:
+        if section.name in names:
             raise ValueError(f"config section {section.name!r} is listed twice")
-        table[section.name] = section
-    _SECTIONS.clear()
-    _SECTIONS.update(table)
+        names.add(section.name)
+    return tuple(sections)
 
 
-def registered_sections() -> dict[str, Section]:
-    """The registered sections by name, in registration order (a copy)."""
-    return dict(_SECTIONS)
+def sections_of(config: Any) -> dict[str, Section]:
+    """The section table of a run config (its class's ``__sections__``) by name, in order."""
+    return {section.name: section for section in type(config).__sections__ or ()}
 
 
 @dataclass(frozen=True)
-class ExperimentConfig:
-    """What every run has; the registered sections (``config.algo``, ``config.policy``...) live in ``sections``."""
+class Experiment:
+    """What every run has; the sections (``config.algo``, ``config.policy``...) live in ``sections``.
+
+    A base: a run config is a subclass naming its section table in ``__sections__`` (``robopt.experiment.
+    ExperimentConfig``), so a config always knows its sections, however it was built.
+    """
+
+    __sections__: ClassVar[tuple[Section, ...] | None] = None
 
     name: str = option("experiment", "experiment name (run directory runs/<name>/<timestamp>)")
     seed: int = option(0, "random seed for torch, numpy and the envs")
@@ -146,7 +149,7 @@ class ExperimentConfig:
     device: str = option("cpu", "torch device for policy, storage and (native) simulation")
     torch_threads: int = option(0, "torch intra-op threads (0: auto, 1 on CPU where small networks gain nothing)")
     env: EnvConfig = option(EnvConfig(), "environment")
-    sections: dict = option({}, "the registered feature sections by name (read as attributes: config.algo)")
+    sections: dict = option({}, "the feature sections by name (read as attributes: config.algo)")
     log: LogConfig = option(LogConfig(), "logging and checkpoints")
     init_from: str = option("", "start from this run directory's policy (weights and normalizer; e.g. a BC run)")
     critic_warmup: int = option(0, "with init_from: iterations that fit the fresh critic with the actor frozen")
@@ -162,12 +165,13 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if self.critic_warmup < 0:
             raise ValueError(f"critic_warmup must be >= 0, got {self.critic_warmup}")
-        unknown = sorted(set(self.sections) - set(_SECTIONS))
+        table = _table(type(self))
+        unknown = sorted(set(self.sections) - set(table))
         if unknown:
-            raise ValueError(f"unknown config section {unknown[0]!r}; registered: {', '.join(_SECTIONS)}")
+            raise ValueError(f"unknown config section {unknown[0]!r}; sections: {', '.join(table)}")
         filled = {
             name: self.sections[name] if name in self.sections else section.default_value()
-            for name, section in _SECTIONS.items()
+            for name, section in table.items()
         }
         object.__setattr__(self, "sections", filled)
 
@@ -179,10 +183,24 @@ class ExperimentConfig:
             raise AttributeError(name)
         if name in sections:
             return sections[name]
-        raise AttributeError(f"ExperimentConfig has no field or section {name!r}; sections: {', '.join(sections)}")
+        raise AttributeError(f"{type(self).__name__} has no field or section {name!r}; sections: {', '.join(sections)}")
 
 
-_CORE_FIELDS = frozenset(f.name for f in dataclasses.fields(ExperimentConfig))
+_CORE_FIELDS = frozenset(f.name for f in dataclasses.fields(Experiment))
+
+
+def _table(cls: type) -> dict[str, Section]:
+    """The section table of a run config class by name; a ConfigError for the bare base."""
+    if cls.__sections__ is None:
+        raise ConfigError(
+            f"{cls.__name__} is the base of a run config and has no sections: build robopt.experiment.ExperimentConfig "
+            "(or a subclass naming its __sections__)"
+        )
+    return {section.name: section for section in cls.__sections__}
+
+
+def _is_run_config(cls: type) -> bool:
+    return isinstance(cls, type) and issubclass(cls, Experiment)
 
 
 def build_dataclass(cls: type, data: dict | None, prefix: str = "") -> Any:
@@ -193,18 +211,17 @@ def build_dataclass(cls: type, data: dict | None, prefix: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     names = set(fields)
-    if cls is ExperimentConfig:  # sections are keys of the config; ``sections`` itself is not
-        if not _SECTIONS:
-            raise ConfigError("no config sections are installed: import robopt.experiment (the composition root) first")
-        names = (names - {"sections"}) | set(_SECTIONS)
+    table = _table(cls) if _is_run_config(cls) else {}
+    if table:  # sections are keys of the config; ``sections`` itself is not
+        names = (names - {"sections"}) | set(table)
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"unknown config key '{prefix}{unknown[0]}'; allowed: {', '.join(sorted(names))}")
     values = {}
     for name, spec in fields.items():
         key = f"{prefix}{name}"
-        if cls is ExperimentConfig and name == "sections":
-            values[name] = {sname: build_section(section, data.get(sname)) for sname, section in _SECTIONS.items()}
+        if table and name == "sections":
+            values[name] = {sname: build_section(section, data.get(sname)) for sname, section in table.items()}
         elif dataclasses.is_dataclass(hints[name]):
             values[name] = build_dataclass(hints[name], data.get(name), f"{key}.")
         elif name in data:
@@ -253,8 +270,9 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Read a YAML experiment file (and the files it ``extends``), apply overrides and validate.
+def parse_config_file(cls: type, path: str | Path, overrides: list[str] | None = None) -> Any:
+    """A run config of class ``cls`` from a YAML experiment file (and the files it ``extends``), with overrides,
+    validated (``robopt.experiment.load_config`` is this for robopt's ``ExperimentConfig``).
 
     ``extends: other.yaml`` (a path relative to the file) starts from that file's settings: mappings merge key by
     key, anything else is replaced, and a section whose ``name`` differs from the base's (another algorithm or
@@ -264,7 +282,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
     path = Path(path)
     data = read_config_file(path)
     data.setdefault("name", path.stem)
-    return build_dataclass(ExperimentConfig, apply_overrides(data, overrides or []))
+    return build_dataclass(cls, apply_overrides(data, overrides or []))
 
 
 def read_config_file(path: Path, chain: tuple[Path, ...] = ()) -> dict:
@@ -306,12 +324,13 @@ def _merge(base: dict, override: dict) -> dict:
     return merged
 
 
-def load_run_config(run_dir: str | Path) -> ExperimentConfig:
-    """The resolved config saved in a run directory (``config.yaml``); a missing one is a one-line ConfigError."""
+def parse_run_config(cls: type, run_dir: str | Path) -> Any:
+    """The resolved config of class ``cls`` saved in a run directory (``config.yaml``); a missing one is a one-line
+    ConfigError (``robopt.experiment.load_run_config``)."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
-    return build_dataclass(ExperimentConfig, yaml.safe_load(path.read_text()))
+    return build_dataclass(cls, yaml.safe_load(path.read_text()))
 
 
 def config_to_dict(config: Any) -> dict:
@@ -319,10 +338,11 @@ def config_to_dict(config: Any) -> dict:
     out: dict[str, Any] = {}
     for spec in dataclasses.fields(config):
         value = getattr(config, spec.name)
-        if isinstance(config, ExperimentConfig) and spec.name == "sections":
+        if isinstance(config, Experiment) and spec.name == "sections":
+            table = sections_of(config)
             for name, section_value in value.items():
                 as_dict = config_to_dict(section_value)
-                choice = _SECTIONS[name].choice_name(section_value)
+                choice = table[name].choice_name(section_value)
                 out[name] = as_dict if choice is None or "name" in as_dict else {"name": choice, **as_dict}
             continue
         if dataclasses.is_dataclass(value):
@@ -336,12 +356,12 @@ def config_to_dict(config: Any) -> dict:
 def describe_fields(cls: type, prefix: str = "") -> list[tuple[str, Any, str]]:
     """(key, default, doc) for every leaf field of ``cls``: used by ``robopt list`` and the README.
 
-    For ``ExperimentConfig`` the registered sections are described with their default dataclass.
+    For a run config (``robopt.experiment.ExperimentConfig``) its sections are described with their default dataclass.
     """
     rows = []
     for spec in dataclasses.fields(cls):
-        if cls is ExperimentConfig and spec.name == "sections":
-            for name, section in _SECTIONS.items():
+        if _is_run_config(cls) and spec.name == "sections":
+            for name, section in _table(cls).items():
                 rows += describe_fields(type(section.default_value()), f"{prefix}{name}.")
             continue
         default = spec.default if spec.default is not dataclasses.MISSING else spec.default_factory()

@@ -23,7 +23,8 @@ from robopt.build import (
     resolve_torch_threads,
 )
 from robopt.checkpoint import load_checkpoint
-from robopt.config import ConfigError, ExperimentConfig, load_run_config
+from robopt.config import ConfigError
+from robopt.experiment import ExperimentConfig, load_run_config
 from robopt.envs.render import DEFAULT_HEIGHT, DEFAULT_WIDTH, NativeRowRenderer, gymnasium_camera_kwargs
 from robopt.options import WARP_ONLY_OPTIONS
 from robopt.policies.recurrent import PolicyActor

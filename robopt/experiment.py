@@ -2,20 +2,23 @@
 
 ``robopt.config`` is the core that knows no feature; the features (algorithms, policies, the fleet, the robot and
 its task) define their config dataclasses and builders and register nothing themselves. This module names them
-all: the config sections (``SECTIONS``, installed into ``robopt.config`` when this module is imported, the one
-wiring step), the algorithms, the policy kinds, the loop kinds and the env backends (``FEATURES``). The CLI, a
-test's conftest and a script that loads configs import it once; the library below it reads the installed sections
-through ``robopt.config``.
+all: the config sections (``SECTIONS``), the algorithms, the policy kinds, the loop kinds and the env backends
+(``FEATURES``). It is also the public way in for a config: ``ExperimentConfig`` (the run config whose class
+carries ``SECTIONS``), ``load_config`` and ``load_run_config``. Nothing is installed anywhere when it is imported:
+a config built here knows its own sections, so the library below (``robopt.build`` and the loops) works on it
+whatever else a script imported.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
 
 from robopt.algorithms import ALGO_CONFIGS, ALGORITHMS, AlgorithmSpec, RolloutConfig
 from robopt.build import ALGORITHM_KINDS, build_algorithm_loop
-from robopt.config import ExperimentConfig, Section, load_config, load_run_config, use_sections
+from robopt.config import Experiment, Section, check_sections, parse_config_file, parse_run_config
 from robopt.envs import BACKENDS
 from robopt.envs.robot.config import RobotConfig, TaskConfig, robot_env_options
 from robopt.fleet.build import build_fleet_loop
@@ -27,7 +30,7 @@ __all__ = ["FEATURES", "SECTIONS", "ExperimentConfig", "Features", "load_config"
 # run kind -> build(config, initialize) -> loop (each loop has iteration(progress) -> metrics)
 LOOP_KINDS: dict[str, Callable] = {**dict.fromkeys(ALGORITHM_KINDS, build_algorithm_loop), "fleet": build_fleet_loop}
 
-SECTIONS: tuple[Section, ...] = (
+SECTIONS: tuple[Section, ...] = check_sections((
     Section("algo", "algorithm section; algo.name picks the algorithm", choices=ALGO_CONFIGS, default="ppo",
             noun="algorithm"),
     Section("rollout", "on-policy rollout and advantage estimation", config_cls=RolloutConfig),
@@ -39,7 +42,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("task", "a task from terms for the robot (env.id: robot)", config_cls=TaskConfig),
     Section("fleet", "fleet: robots on Ray feeding one SAC/TD3 learner (num_robots > 0)", config_cls=FleetConfig,
             runs_as=fleet_kind, loop=LOOP_KINDS["fleet"]),
-)  # fmt: skip
+))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -55,4 +58,26 @@ class Features:
 
 FEATURES = Features(SECTIONS, ALGORITHMS, POLICIES, LOOP_KINDS, BACKENDS)
 
-use_sections(FEATURES.sections)
+
+@dataclass(frozen=True)
+class ExperimentConfig(Experiment):
+    """A robopt run's config: the fields every run has (``robopt.config.Experiment``) and the sections of
+    ``SECTIONS`` (``config.algo``, ``config.policy``...)."""
+
+    __sections__: ClassVar[tuple[Section, ...]] = SECTIONS
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML experiment file (and the files it ``extends``), apply ``a.b=value`` overrides and validate.
+
+    ``extends: other.yaml`` (a path relative to the file) starts from that file's settings: mappings merge key by
+    key, anything else is replaced, and a section whose ``name`` differs from the base's (another algorithm or
+    policy kind) replaces the base's section whole, while a base section without a name (``algo: {loop: ...}``,
+    shared by several algorithms) merges into any. The run's name is the file's own ``name`` or its file name.
+    """
+    return parse_config_file(ExperimentConfig, path, overrides)
+
+
+def load_run_config(run_dir: str | Path) -> ExperimentConfig:
+    """The resolved config saved in a run directory (``config.yaml``); a missing one is a one-line ConfigError."""
+    return parse_run_config(ExperimentConfig, run_dir)

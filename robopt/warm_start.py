@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
-from robopt.config import ConfigError, ExperimentConfig
+from robopt.config import ConfigError, Experiment
 
 __all__ = ["WARM_START_MODULES", "initialize_critics", "initialize_policy", "same_task"]
 
@@ -30,7 +30,7 @@ def same_task(first: str, second: str) -> bool:
         return first == second
 
 
-def initialize_policy(policy: torch.nn.Module, config: ExperimentConfig) -> None:
+def initialize_policy(policy: torch.nn.Module, config: Experiment) -> None:
     """Load ``config.init_from``'s policy (weights and normalizer) into ``policy``; mismatches are one-line errors."""
     run_dir = Path(config.init_from)
     source = _source_identity(run_dir)
@@ -56,7 +56,7 @@ def initialize_policy(policy: torch.nn.Module, config: ExperimentConfig) -> None
 WARM_START_MODULES = ("critic", "target_critic", "value")
 
 
-def initialize_critics(algorithm, config: ExperimentConfig) -> list[str]:
+def initialize_critics(algorithm, config: Experiment) -> list[str]:
     """Warm-start an off-policy algorithm's critics (Q, target Q, V) from ``config.init_critic_from``'s (else
     ``init_from``'s) checkpoint when it has them (an IQL, FQL, QGF, SAC or TD3 run): offline pretraining, then
     online fine-tuning. Returns what was loaded; a critic of another size is a one-line error. An ``init_from``

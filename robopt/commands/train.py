@@ -91,8 +91,8 @@ def load_experiment(config, overrides, resume):
     """The config of ``train``/``pretrain``: CONFIG with overrides, or the run to resume (with overrides). Bad
     input is one line (``_fail``) or a ConfigError."""
     from robopt.build import LAST_CHECKPOINT
-    from robopt.config import ExperimentConfig, apply_overrides, build_dataclass, config_to_dict
-    from robopt.experiment import load_config, load_run_config
+    from robopt.config import apply_overrides, build_dataclass, config_to_dict
+    from robopt.experiment import ExperimentConfig, load_config, load_run_config
 
     if resume is not None:
         if config is not None and "=" in str(config):  # `train --resume RUN k=v`: the override landed in CONFIG

@@ -158,9 +158,9 @@ def load_exportable(run_dir: Path, guidance_scale: float | None = None):
 
     ``guidance_scale`` re-sets a Q-guided flow policy's sampling scale (``algo.name=qgf`` runs; 0: the plain
     flow): a deploy-time knob, the weights are the run's."""
-    from robopt.config import ExperimentConfig, build_dataclass, config_to_dict
+    from robopt.config import build_dataclass, config_to_dict
     from robopt.evaluation import load_policy
-    from robopt.experiment import load_run_config
+    from robopt.experiment import ExperimentConfig, load_run_config
 
     if not Path(run_dir).is_dir():
         raise ConfigError(f"run directory {str(run_dir)!r} does not exist (or is not a directory)")

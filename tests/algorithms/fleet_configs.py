@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from robopt.config import ExperimentConfig, build_dataclass
+from robopt.config import build_dataclass
+from robopt.experiment import ExperimentConfig
 
 
 def make_config(algo: str = "sac", env_kwargs: dict | None = None, **fleet) -> ExperimentConfig:

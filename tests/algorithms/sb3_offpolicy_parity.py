@@ -44,7 +44,8 @@ import torch.distributions.normal as torch_normal  # noqa: E402
 from stable_baselines3.common.logger import Logger  # noqa: E402
 
 from robopt.build import build_loop  # noqa: E402
-from robopt.config import ExperimentConfig, build_dataclass  # noqa: E402
+from robopt.config import build_dataclass  # noqa: E402
+from robopt.experiment import ExperimentConfig
 
 ENV_ID = "HalfCheetah-v5"  # action bounds [-1, 1]: SB3's scaled actions are the env's
 SEED, BATCH, HIDDEN = 5, 64, [32, 32]

@@ -11,11 +11,12 @@ import torch
 
 from robopt.build import LAST_CHECKPOINT, build_loop
 from robopt.checkpoint import load_checkpoint
-from robopt.config import ConfigError, ExperimentConfig, build_dataclass
+from robopt.config import ConfigError, build_dataclass
 from robopt.core.errors import NonFiniteError
 from robopt.data.dataset_writer import write_dataset
 from robopt.data.recording import record_episodes
 from robopt.envs import make_env
+from robopt.experiment import ExperimentConfig
 from robopt.runner import train
 
 ROOT = Path(__file__).parents[2]

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from robopt.algorithms.onpolicy import OnPolicyLoop, RolloutConfig
-from robopt.config import ConfigError, load_config
+from robopt.config import ConfigError
 from robopt.core.advantages import group_advantage
+from robopt.experiment import load_config
 from robopt.llm.env import PromptEnv
 from robopt.llm.policy import NoNormalizer
 from robopt.llm.tokens import PAD, ByteTokenizer

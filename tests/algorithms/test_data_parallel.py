@@ -26,9 +26,10 @@ from robopt.algorithms.trpo import TRPO, TRPOConfig
 from robopt.buffers.rollout import RolloutBatch
 from robopt.build import LAST_CHECKPOINT, build_loop
 from robopt.checkpoint import load_checkpoint
-from robopt.config import ConfigError, ExperimentConfig, build_dataclass, config_to_dict
+from robopt.config import ConfigError, build_dataclass, config_to_dict
 from robopt.core.normalization import RewardScaler, RunningNormalizer
 from robopt.distributed.collective import Collective, TorchCollective, rank_config
+from robopt.experiment import ExperimentConfig
 from robopt.policies import GaussianPolicy, ValueCritic
 from robopt.policies.critics import QCritic
 from tests.algorithms.test_ppo_update import A, D, small_batch

@@ -14,9 +14,10 @@ from robopt.algorithms.dppo import DPPO, DPPOConfig, DPPORatioControl, clip_sche
 from robopt.buffers.rollout import RolloutBatch
 from robopt.build import LAST_CHECKPOINT, build_loop
 from robopt.checkpoint import load_checkpoint
-from robopt.config import ConfigError, ExperimentConfig, build_dataclass
+from robopt.config import ConfigError, build_dataclass
 from robopt.core.ratio_control import RatioControl
 from robopt.core.surrogates import surrogate
+from robopt.experiment import ExperimentConfig
 from robopt.policies.critics import ValueCritic
 from robopt.policies.diffusion import DiffusionPolicy, DiffusionPolicyConfig
 from robopt.runner import train

@@ -10,7 +10,8 @@ import torch
 
 from robopt.build import LAST_CHECKPOINT
 from robopt.checkpoint import load_checkpoint
-from robopt.config import ConfigError, ExperimentConfig, build_dataclass
+from robopt.config import ConfigError, build_dataclass
+from robopt.experiment import ExperimentConfig
 from robopt.runner import train
 
 

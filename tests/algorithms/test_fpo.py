@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from robopt.config import ConfigError, ExperimentConfig, build_dataclass
+from robopt.config import ConfigError, build_dataclass
 from robopt.core.ratio_control import adapt_kl_coef
+from robopt.experiment import ExperimentConfig
 
 
 def _experiment(tmp_path, algo: dict, policy: dict) -> dict:

@@ -11,7 +11,8 @@ import torch
 
 from robopt.buffers.transforms import Hindsight
 from robopt.build import build_loop
-from robopt.config import ConfigError, ExperimentConfig, build_dataclass, load_config
+from robopt.config import ConfigError, build_dataclass
+from robopt.experiment import ExperimentConfig, load_config
 from robopt.runner import train
 
 

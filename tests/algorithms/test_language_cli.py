@@ -94,7 +94,8 @@ def test_train_then_eval_reports_heldout_accuracy(tmp_path):
 def test_pass_k_needs_a_language_run(tmp_path):
     import yaml
 
-    from robopt.config import config_to_dict, load_config
+    from robopt.config import config_to_dict
+    from robopt.experiment import load_config
 
     config = load_config(ROOT / "configs/ppo_pendulum.yaml")
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config)))

@@ -17,7 +17,8 @@ import torch
 
 import robopt.algorithms.offpolicy_compiled as offpolicy_compiled
 from robopt.build import build_loop
-from robopt.config import ExperimentConfig, build_dataclass
+from robopt.config import build_dataclass
+from robopt.experiment import ExperimentConfig
 
 SLOW = pytest.mark.slow  # the update compiles (15-30 s on 2 cores; inductor caches it on disk within a run)
 B = 64

@@ -13,8 +13,9 @@ from robopt.algorithms.ogpo import OGPO, OGPOConfig
 from robopt.algorithms.success_buffer import SuccessBuffer
 from robopt.build import LAST_CHECKPOINT, build_loop
 from robopt.checkpoint import load_checkpoint
-from robopt.config import ConfigError, ExperimentConfig, build_dataclass, config_to_dict
+from robopt.config import ConfigError, build_dataclass, config_to_dict
 from robopt.core.q_losses import sampled_advantage
+from robopt.experiment import ExperimentConfig
 from robopt.policies.diffusion import DiffusionPolicy, DiffusionPolicyConfig
 from robopt.runner import train
 

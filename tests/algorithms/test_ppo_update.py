@@ -15,10 +15,11 @@ import torch
 
 from robopt.algorithms.ppo import PPO, PPOConfig, normalize_per_minibatch, ppo_loss
 from robopt.buffers.rollout import RolloutBatch
-from robopt.config import ConfigError, ExperimentConfig, build_dataclass
+from robopt.config import ConfigError, build_dataclass
 from robopt.core.advantages import normalize_advantage
 from robopt.core.compiled import compile_unavailable_reason
 from robopt.core.ratio_control import RatioControl
+from robopt.experiment import ExperimentConfig
 from robopt.policies import GaussianPolicy, ValueCritic
 
 D, A = 5, 2

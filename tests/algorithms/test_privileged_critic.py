@@ -18,7 +18,8 @@ import torch
 from robopt.buffers.rollout import RolloutStorage
 from robopt.build import LAST_CHECKPOINT, build_loop
 from robopt.checkpoint import load_checkpoint
-from robopt.config import ConfigError, ExperimentConfig, build_dataclass
+from robopt.config import ConfigError, build_dataclass
+from robopt.experiment import ExperimentConfig
 from robopt.runner import train
 
 ROOT = Path(__file__).parents[2]

@@ -7,9 +7,9 @@ import torch
 
 from robopt.buffers.rollout import critic_value
 from robopt.build import build_loop, build_policy
-from robopt.config import ExperimentConfig, build_dataclass, config_to_dict
+from robopt.config import build_dataclass, config_to_dict
 from robopt.evaluation import evaluate_policy
-from robopt.experiment import load_config
+from robopt.experiment import ExperimentConfig, load_config
 from robopt.options import ConfigError
 from robopt.policies.recurrent import PolicyActor
 

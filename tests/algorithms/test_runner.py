@@ -18,7 +18,8 @@ import torch
 from robopt.algorithms.onpolicy import NonFiniteError
 from robopt.build import LAST_CHECKPOINT
 from robopt.checkpoint import load_checkpoint, save_checkpoint
-from robopt.config import ExperimentConfig, build_dataclass
+from robopt.config import build_dataclass
+from robopt.experiment import ExperimentConfig
 from robopt.runner import train
 
 ROOT = Path(__file__).parents[2]

@@ -8,7 +8,8 @@ import torch
 
 from robopt.build import LAST_CHECKPOINT, build_loop
 from robopt.checkpoint import load_checkpoint
-from robopt.config import ConfigError, ExperimentConfig, build_dataclass
+from robopt.config import ConfigError, build_dataclass
+from robopt.experiment import ExperimentConfig
 from robopt.runner import train
 
 

@@ -42,8 +42,9 @@ from stable_baselines3.common.logger import Logger  # noqa: E402
 
 from robopt.buffers.rollout import RolloutBatch  # noqa: E402
 from robopt.build import build_loop  # noqa: E402
-from robopt.config import ExperimentConfig, apply_overrides, build_dataclass  # noqa: E402
+from robopt.config import apply_overrides, build_dataclass  # noqa: E402
 from robopt.core.compiled import compile_unavailable_reason  # noqa: E402
+from robopt.experiment import ExperimentConfig
 
 SEED = 3
 UPDATE_ATOL = 1e-6  # weights after one update (24 Adam steps); seen: 3e-8

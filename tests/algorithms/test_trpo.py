@@ -12,7 +12,8 @@ from torch import nn
 
 from robopt.algorithms.trpo import TRPO, TRPOConfig, entropy_to_go
 from robopt.build import build_loop
-from robopt.config import ConfigError, ExperimentConfig, build_dataclass, load_config
+from robopt.config import ConfigError, build_dataclass
+from robopt.experiment import ExperimentConfig, load_config
 from robopt.policies import GaussianPolicy, ValueCritic
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from robopt.config import load_config
 from robopt.evaluation import evaluate_run
+from robopt.experiment import load_config
 from robopt.runner import train
 
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from robopt.build import build_env
-from robopt.config import load_config
 from robopt.evaluation import _gymnasium_frames, _make_gymnasium_render_env, _native_frames, load_policy, record_video
+from robopt.experiment import load_config
 from robopt.runner import train
 
 ROOT = Path(__file__).parents[2]

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from robopt.build import LAST_CHECKPOINT, build_loop
 from robopt.checkpoint import save_checkpoint
-from robopt.config import ConfigError, ExperimentConfig, build_dataclass
+from robopt.config import ConfigError, build_dataclass
+from robopt.experiment import ExperimentConfig
 
 POLICY = {"name": "gaussian", "squash": True, "hidden": [16], "activation": "relu", "normalize_obs": False}
 

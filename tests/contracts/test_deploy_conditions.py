@@ -118,7 +118,8 @@ def test_bad_conditions_are_one_line(conditions, message) -> None:
 
 def test_a_run_under_deploy_conditions_checkpoints_resumes_and_evaluates_under_them(tmp_path) -> None:
     from robopt.checkpoint import load_checkpoint
-    from robopt.config import ExperimentConfig, build_dataclass
+    from robopt.config import build_dataclass
+    from robopt.experiment import ExperimentConfig
     from robopt.runner import train
 
     def config(total_steps: int) -> ExperimentConfig:

@@ -12,8 +12,9 @@ import pytest
 import torch
 from diffusers import DDIMScheduler
 
-from robopt.config import ConfigError, load_config
+from robopt.config import ConfigError
 from robopt.core.protocols import Policy, SupportsImitation, SupportsKL
+from robopt.experiment import load_config
 from robopt.policies.diffusion import DiffusionPolicy, DiffusionPolicyConfig, ExportedDiffusionPolicy
 
 D, A, B = 5, 3, 16

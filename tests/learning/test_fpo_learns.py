@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from robopt.config import load_config
 from robopt.evaluation import evaluate_run
+from robopt.experiment import load_config
 from robopt.runner import train
 
 

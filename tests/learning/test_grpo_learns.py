@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
-from robopt.config import load_config
 from robopt.data.dataset_writer import write_dataset
 from robopt.data.recording import record_episodes
 from robopt.envs import make_env
 from robopt.evaluation import evaluate_run
+from robopt.experiment import load_config
 from robopt.llm.env import text_expert
 from robopt.runner import train
 

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from robopt.cli import app
-from robopt.config import load_config
+from robopt.experiment import load_config
 from robopt.runner import train
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")

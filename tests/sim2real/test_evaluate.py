@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 
 from robopt.build import build_env
 from robopt.cli import app
-from robopt.config import ConfigError, load_config
+from robopt.config import ConfigError
 from robopt.evaluation import evaluate_policy, load_policy
+from robopt.experiment import load_config
 from robopt.runner import train
 from robopt.sim2real.evaluate import TransferResult, evaluate_transfer, parse_grid_axis
 from robopt.sim2real.export import export_run

@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 from robopt.build import LAST_CHECKPOINT
 from robopt.checkpoint import load_checkpoint
 from robopt.cli import app
-from robopt.config import ConfigError, load_config
+from robopt.config import ConfigError
+from robopt.experiment import load_config
 from robopt.runner import train
 from robopt.sim2real import export
 from robopt.sim2real.sidecar import check_files, file_sha256, read_sidecar

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from robopt.config import load_config
+from robopt.experiment import load_config
 from robopt.runner import train
 from robopt.sim2real import export
 from robopt.sim2real.chunks import ChunkedExport, step_env

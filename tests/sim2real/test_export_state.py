@@ -15,7 +15,8 @@ import torch
 from runtime_fakes import serving, untrained_run
 
 from robopt.build import build_env
-from robopt.config import ConfigError, load_config
+from robopt.config import ConfigError
+from robopt.experiment import load_config
 from robopt.policies.recurrent import PolicyActor
 from robopt.sim2real.sidecar import DeployError
 

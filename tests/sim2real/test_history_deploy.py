@@ -18,8 +18,8 @@ import torch
 from runtime_fakes import pendulum_sidecar, untrained_run
 
 from robopt.build import build_env
-from robopt.config import load_config
 from robopt.envs.history import LAYOUT
+from robopt.experiment import load_config
 from robopt.sim2real.sidecar import HISTORY_LAYOUT, DeployError, read_sidecar, write_sidecar
 from robopt.sim2real.window import HistoryWindow
 

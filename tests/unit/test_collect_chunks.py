@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from robopt.config import ConfigError, load_config
+from robopt.config import ConfigError
 from robopt.data import load_demonstrations, record_episodes
+from robopt.experiment import load_config
 
 ROOT = Path(__file__).parents[2]
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from robopt.config import ConfigError, ExperimentConfig, build_dataclass, config_to_dict, load_config
+from robopt.config import ConfigError, build_dataclass, config_to_dict
+from robopt.experiment import ExperimentConfig, load_config
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.yaml"))
 

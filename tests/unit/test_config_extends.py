@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from robopt.config import ConfigError, load_config, read_config_file
+from robopt.config import ConfigError, read_config_file
+from robopt.experiment import load_config
 
 CONFIGS = Path(__file__).parents[2] / "configs"
 

@@ -14,7 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 from robopt.cli import app
-from robopt.config import ConfigError, load_config
+from robopt.config import ConfigError
 from robopt.data import (
     Episode,
     check_compatible,
@@ -26,6 +26,7 @@ from robopt.data import (
 )
 from robopt.data.demonstrations import datasets_root
 from robopt.envs import make_env
+from robopt.experiment import load_config
 
 pytest.importorskip("minari")
 ROOT = Path(__file__).parents[2]

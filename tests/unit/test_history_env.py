@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from robopt.build import build_env
-from robopt.config import ConfigError, load_config
+from robopt.config import ConfigError
 from robopt.envs.history import HistoryEnv, history_frames
+from robopt.experiment import load_config
 
 ROOT = Path(__file__).parents[2]
 

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from robopt.config import ConfigError, load_config
+from robopt.config import ConfigError
+from robopt.experiment import load_config
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("isaaclab") is not None, reason="Isaac Lab is installed here (tests/isaac covers it)"

@@ -8,6 +8,7 @@ and line.
 
 from __future__ import annotations
 
+import pytest
 from test_import_graph import ROOT, _modules, import_statements
 
 # Lowest first. A module belongs to the layer of its longest listed prefix (``robopt.envs.robot`` is in the
@@ -83,20 +84,35 @@ def test_the_check_sees_an_upward_import():
 
 
 def test_features_are_wired_in_one_composition_root():
-    """Importing the features installs nothing; the composition root wires them."""
-    # Importing the features installs nothing: only robopt.experiment (the composition root) calls use_sections,
-    # and every algorithm's kind has a loop there.
-    import subprocess
-    import sys
+    """Importing the features installs nothing; the one run config that names their sections is the root's."""
+    # No global table: a run config's class carries its sections (robopt.config.Experiment.__sections__), and only
+    # robopt.experiment (the composition root) defines such a class.
+    owners = [path for path in ROOT.rglob("*.py") if "__sections__: ClassVar" in path.read_text()]
+    assert sorted(p.relative_to(ROOT.parent).as_posix() for p in owners) == ["robopt/config.py", "robopt/experiment.py"]
+    from robopt.config import ConfigError, Experiment, build_dataclass
 
-    code = (
-        "import robopt.algorithms, robopt.policies, robopt.fleet.build, robopt.envs.robot.config, robopt.build; "
-        "from robopt.config import registered_sections; assert registered_sections() == {}"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
-    callers = [path for path in ROOT.rglob("*.py") if "use_sections(" in path.read_text() and path.name != "config.py"]
-    assert [p.relative_to(ROOT.parent).as_posix() for p in callers] == ["robopt/experiment.py"]
+    with pytest.raises(ConfigError, match="robopt.experiment.ExperimentConfig"):
+        build_dataclass(Experiment, {})
     from robopt.experiment import FEATURES
 
     assert {spec.kind for spec in FEATURES.algorithms.values()} <= set(FEATURES.loop_kinds)
     assert [section.name for section in FEATURES.sections][:4] == ["algo", "rollout", "policy", "critic"]
+
+
+def test_a_script_builds_a_loop_without_importing_anything_first():
+    """The trap of the first composition root: a fresh process that builds a config through the public API and hands
+    it to robopt.build (as benchmarks/ppo_vs_sb3.py does) gets a working loop, whatever it imported before."""
+    import subprocess
+    import sys
+
+    code = (
+        "from robopt.build import build_loop; from robopt.config import build_dataclass, config_to_dict; "
+        "from robopt.experiment import ExperimentConfig; "
+        "config = build_dataclass(ExperimentConfig, {'env': {'id': 'Pendulum-v1'}, 'rollout': {'num_steps': 32}, "
+        "'algo': {'name': 'ppo', 'epochs': 1, 'minibatch_size': 32}}); "
+        "assert config_to_dict(config)['algo']['name'] == 'ppo'; "
+        "loop = build_loop(config); print('metrics', sorted(loop.iteration(0.0))[:3])"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "metrics" in result.stdout

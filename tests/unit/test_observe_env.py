@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from robopt.build import build_env
-from robopt.config import ConfigError, load_config
+from robopt.config import ConfigError
 from robopt.envs.history import HistoryEnv
 from robopt.envs.observe import ObservationSelectEnv, declared_obs_bounds
+from robopt.experiment import load_config
 
 ROOT = Path(__file__).parents[2]
 

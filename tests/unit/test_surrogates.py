@@ -223,7 +223,7 @@ RATIO_CONFIGS = sorted(
 @pytest.mark.parametrize("path", RATIO_CONFIGS, ids=[p.stem for p in RATIO_CONFIGS])
 def test_ppo_ratio_control_configs_load(path: Path) -> None:
     # configs/ppo_<control>_halfcheetah.yaml selects exactly <control> through algo.ratio.name.
-    from robopt.config import load_config
+    from robopt.experiment import load_config
 
     assert load_config(path).algo.ratio.name == _control_of(path)
 
