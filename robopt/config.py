@@ -225,7 +225,9 @@ def build_dataclass(cls: type, data: dict | None, prefix: str = "") -> Any:
         elif dataclasses.is_dataclass(hints[name]):
             values[name] = build_dataclass(hints[name], data.get(name), f"{key}.")
         elif name in data:
-            values[name] = coerce(key, data[name], hints[name], spec.metadata.get("choices"))
+            values[name] = coerce(
+                key, data[name], hints[name], spec.metadata.get("choices"), spec.metadata.get("check")
+            )
     try:
         return cls(**values)
     except (TypeError, ValueError) as error:  # __post_init__ validation of derived constraints

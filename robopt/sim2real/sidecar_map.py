@@ -2,7 +2,11 @@
 
 Torch-free (stdlib). ``observation: from_sidecar`` in a deploy config's ``robot`` section becomes the entries of
 ``robopt.sim2real.ros_map``, one per observation term of the policy, in the policy's order, each with the scale
-and clip it was trained with (never its noise)::
+and clip it was trained with (never its noise). Where each term comes from is the term's own declaration (its
+``deploy`` source, written into the sidecar by the export; ``robopt.envs.robot.terms.Deploy``): a topic's message
+field (a joint array picked by the policy's joint names, minus the default pose where it says so; an IMU
+orientation turned into gravity in the base frame), a value the runtime holds (``last_action``), or the command
+input. The built-in terms map so::
 
     base_lin_vel       nav_msgs/Odometry   twist.twist.linear  (the state estimator's velocity, in the base frame)
     base_ang_vel       sensor_msgs/Imu     angular_velocity
@@ -13,22 +17,18 @@ and clip it was trained with (never its noise)::
     velocity_command   geometry_msgs/Twist on cmd_vel: linear.x, linear.y, angular.z, clamped into the trained
                        command ranges (or narrower ones in ``cmd_vel.ranges``), held ``cmd_vel.hold_s``
 
-``topics`` renames them (``{joint_states, imu, odom, cmd_vel}``; defaults ``/joint_states``, ``/imu``, ``/odom``,
-``/cmd_vel``). A term with no such source (feet contacts, joint torques, a pose command), an observation history
-(the runtime keeps no window yet), a ``cmd_vel`` section for a policy without a velocity command, or ranges wider
-than the trained ones are one-line ConfigErrors.
+A topic is ``/<key>`` unless ``topics`` renames it (``{joint_states: /my/joints, imu: ..., cmd_vel: ...}``: the keys
+the policy's terms use). A term with no deploy source (feet contacts, joint torques), a command without one (a
+pose target), a ``cmd_vel`` section for a policy without a command input, or ranges wider than the trained ones are
+one-line ConfigErrors. A policy that sees a window of past steps gets it from the runtime (the sidecar's
+``history``): the map builds one step's observation.
 """
 
 from __future__ import annotations
 
 from robopt.options import ConfigError
 
-__all__ = ["DEFAULT_TOPICS", "TWIST_FIELDS", "observation_from_sidecar"]
-
-DEFAULT_TOPICS = {"joint_states": "/joint_states", "imu": "/imu", "odom": "/odom", "cmd_vel": "/cmd_vel"}
-TWIST_FIELDS = {"lin_vel_x": "linear.x", "lin_vel_y": "linear.y", "ang_vel_z": "angular.z"}
-SOURCES = ("base_lin_vel", "base_ang_vel", "projected_gravity", "joint_pos", "joint_vel", "last_action",
-           "velocity_command")  # fmt: skip
+__all__ = ["observation_from_sidecar"]
 
 
 def _scaled(scale: list[float], clip: float | None, offset: list[float] | None = None) -> list:
@@ -50,67 +50,77 @@ def _transform(steps: list, first: str | None = None):
     return steps[0] if len(steps) == 1 else [steps]
 
 
+def _topics(terms: list[dict], command: dict | None, topics: dict | None) -> dict[str, str]:
+    """Each topic key the policy's sources use -> its topic: ``/<key>``, or the name ``topics`` gives it."""
+    keys = {term["deploy"]["topic"] for term in terms if (term.get("deploy") or {}).get("topic")}
+    if any((term.get("deploy") or {}).get("command") for term in terms) and (command or {}).get("deploy"):
+        keys.add(command["deploy"]["topic"])
+    names = {key: f"/{key}" for key in sorted(keys)}
+    if topics is not None:
+        unknown = sorted(set(topics) - set(names)) if isinstance(topics, dict) else [topics]
+        if unknown:
+            raise ConfigError(f"robot.topics: unknown key {unknown[0]!r}; this policy's sources use: "
+                              f"{', '.join(names) or '(none)'}")  # fmt: skip
+        names.update(topics)
+    return names
+
+
 def observation_from_sidecar(robot: dict | None, topics: dict | None, cmd_vel: dict | None) -> list[dict]:
     """The ``robot.observation`` entries for a policy whose sidecar ``robot`` block is ``robot`` (module doc)."""
     if not robot:
         raise ConfigError("robot.observation: from_sidecar needs a policy of a robot from its description (env.id: "
                           "robot); this export's policy.json has no robot block")  # fmt: skip
-    names = dict(DEFAULT_TOPICS)
-    if topics is not None:
-        if not isinstance(topics, dict) or set(topics) - set(DEFAULT_TOPICS):
-            unknown = sorted(set(topics) - set(DEFAULT_TOPICS)) if isinstance(topics, dict) else [topics]
-            raise ConfigError(f"robot.topics: unknown key {unknown[0]!r}; allowed: {', '.join(DEFAULT_TOPICS)}")
-        names.update(topics)
     observation = robot.get("observation") or {}
-    if int(observation.get("history", 1)) > 1:
-        raise ConfigError(f"robot.observation: the policy observes a history of {observation['history']} frames; "
-                          "the deploy runtime does not keep observation windows yet: write no from_sidecar map for "
-                          "it")  # fmt: skip
     terms = observation.get("terms") or []
-    joints = list(robot["joint_names"])
-    default = [float(v) for v in robot["default_pose"]]
     command = robot.get("command")
-    has_velocity = any(term["name"] == "velocity_command" for term in terms)
-    if cmd_vel is not None and not has_velocity:
+    has_command = any((term.get("deploy") or {}).get("command") for term in terms)
+    if cmd_vel is not None and not has_command:
         listed = ", ".join(t["name"] for t in terms)
         raise ConfigError(f"robot.cmd_vel: this policy has no velocity command input (its observation terms: "
                           f"{listed}); a Twist command topic has nothing to feed")  # fmt: skip
-    entries: list[dict] = []
-    joint_states_typed = imu_typed = False
+    names = _topics(terms, command, topics)
+    typed: set[str] = set()  # a topic's message type is given on its first entry
+    entries = []
     for term in terms:
-        name, scale, clip = term["name"], [float(v) for v in term["scale"]], term.get("clip")
-        if name not in SOURCES:
-            raise ConfigError(f"robot.observation: the policy's term {name!r} has no ROS 2 source in the from_sidecar "
-                              f"map (it maps {', '.join(SOURCES)}); write robot.observation by hand "
+        deploy = term.get("deploy")
+        if not deploy:
+            raise ConfigError(f"robot.observation: the policy's term {term['name']!r} has no ROS 2 source (its "
+                              "declaration names no deploy source); write robot.observation by hand "
                               "(docs/ros2.md)")  # fmt: skip
-        if name in ("joint_pos", "joint_vel"):
-            entry = {"topic": names["joint_states"], "field": "position" if name == "joint_pos" else "velocity",
-                     "joints": joints}  # fmt: skip
-            if not joint_states_typed:
-                entry["type"], joint_states_typed = "sensor_msgs/JointState", True
-            offset = [-d for d in default] if name == "joint_pos" else None
-            entry["transform"] = _transform(_scaled(scale, clip, offset))
-        elif name in ("base_ang_vel", "projected_gravity"):
-            entry = {"topic": names["imu"], "field": "angular_velocity" if name == "base_ang_vel" else "orientation"}
-            if not imu_typed:
-                entry["type"], imu_typed = "sensor_msgs/Imu", True
-            first = "gravity" if name == "projected_gravity" else None
-            entry["transform"] = _transform(_scaled(scale, clip), first)
-        elif name == "base_lin_vel":
-            entry = {"topic": names["odom"], "type": "nav_msgs/Odometry", "field": "twist.twist.linear",
-                     "transform": _transform(_scaled(scale, clip))}  # fmt: skip
-        elif name == "last_action":
-            entry = {"source": "last_action", "transform": _transform(_scaled(scale, clip))}
+        steps_args = ([float(v) for v in term["scale"]], term.get("clip"))
+        if deploy.get("command"):
+            entries.append(_command(command, names, cmd_vel or {}, *steps_args))
+        elif deploy.get("runtime"):
+            entries.append({"source": deploy["runtime"], "transform": _transform(_scaled(*steps_args))})
         else:
-            entry = _velocity_command(command, names["cmd_vel"], cmd_vel or {}, scale, clip)
-        entries.append(entry)
+            entries.append(_topic_entry(deploy, names, typed, robot, *steps_args))
     return entries
 
 
-def _velocity_command(command: dict | None, topic: str, options: dict, scale: list[float], clip) -> dict:
-    if not command or command.get("type") != "velocity":
-        raise ConfigError("robot.observation: the policy observes a velocity command but its sidecar records no "
-                          "velocity command ranges")  # fmt: skip
+def _topic_entry(deploy: dict, names: dict, typed: set, robot: dict, scale: list[float], clip) -> dict:
+    """A term read from a field of a topic's messages (by the policy's joint names where the field is per joint)."""
+    topic = names[deploy["topic"]]
+    entry = {"topic": topic, "field": deploy["field"]}
+    if topic not in typed:
+        entry["type"] = deploy["type"]
+        typed.add(topic)
+    if deploy.get("by_joint"):
+        entry["joints"] = list(robot["joint_names"])
+    offset = None
+    if deploy.get("offset") == "default_pose":
+        offset = [-float(v) for v in robot["default_pose"]]
+    elif deploy.get("offset"):
+        raise ConfigError(f"robot.observation: unknown deploy offset {deploy['offset']!r} (allowed: default_pose)")
+    entry["transform"] = _transform(_scaled(scale, clip, offset), deploy.get("convert") or None)
+    return entry
+
+
+def _command(command: dict | None, names: dict, options: dict, scale: list[float], clip) -> dict:
+    """The command input: the command kind's message and fields, clamped into the trained (or narrower) ranges."""
+    if not command or not command.get("deploy"):
+        kind = (command or {}).get("type", "none recorded")
+        raise ConfigError(f"robot.observation: the policy observes a command (type {kind}) but its sidecar records no "
+                          "message a robot computer receives it in; write robot.observation by hand")  # fmt: skip
     if not isinstance(options, dict) or set(options) - {"hold_s", "ranges", "qos"}:
         unknown = sorted(set(options) - {"hold_s", "ranges", "qos"}) if isinstance(options, dict) else [options]
         raise ConfigError(f"robot.cmd_vel: unknown key {unknown[0]!r}; allowed: hold_s, qos, ranges")
@@ -134,8 +144,9 @@ def _velocity_command(command: dict | None, topic: str, options: dict, scale: li
             lo, hi = float(value[0]), float(value[1])
         low.append(lo)
         high.append(hi)
-    entry = {"input": "command", "topic": topic, "type": "geometry_msgs/Twist",
-             "fields": [TWIST_FIELDS[key] for key in command["names"]], "low": low, "high": high,
+    deploy = command["deploy"]
+    entry = {"input": "command", "topic": names[deploy["topic"]], "type": deploy["type"],
+             "fields": [deploy["fields"][key] for key in command["names"]], "low": low, "high": high,
              "transform": _transform(_scaled(scale, clip))}  # fmt: skip
     for key in ("hold_s", "qos"):
         if key in options:

@@ -144,16 +144,34 @@ def test_model_errors_carry_mujocos_message(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("section", "data", "message"),
     [
-        (RobotConfig, {"sim": {"decimation": 0}}, "sim.decimation must be an integer >= 1"),
+        (RobotConfig, {"sim": {"decimation": 0}}, "sim.decimation: expected an integer >= 1, got 0"),
+        # issue 52's bad input, each one line before anything is built
+        (RobotConfig, {"action_scale": float("nan")}, "robot.action_scale: expected a number, got nan"),
+        (RobotConfig, {"action_scale": "nan"}, "robot.action_scale: expected a number, got nan"),
+        (RobotConfig, {"action_scale": 0}, "robot.action_scale: expected a finite number > 0, got 0.0"),
+        (RobotConfig, {"sim": {"timestep": float("inf")}}, "sim.timestep: expected a finite number > 0, got inf"),
+        (TaskConfig, {"rewards": {"track_lin_vel_xy": {"weight": 1, "std": 0}}},
+         "rewards.track_lin_vel_xy.std: expected a finite number > 0, got 0"),
+        (TaskConfig, {"terminations": {"fall": {"angle": -1}}},
+         "terminations.fall.angle: expected an angle in (0, pi] (rad), got -1"),
+        (TaskConfig, {"rewards": {"alive": {"weight": float("inf")}}},
+         "rewards.alive.weight: expected a finite number, got inf"),
+        (TaskConfig, {"observations": {"joint_pos": {"noise": -0.1}}},
+         "observations.joint_pos.noise: expected a finite number >= 0, got -0.1"),
+        (TaskConfig, {"rewards": {"undesired_contacts": {"weight": -1, "bodies": "thigh"}}},
+         "rewards.undesired_contacts.bodies: expected a non-empty list of names"),
+        (TaskConfig, {"rewards": {"joint_pos_limits": {"weight": -1, "soft": 1.5}}},
+         "rewards.joint_pos_limits.soft: expected a number in [0, 1], got 1.5"),
         (RobotConfig, {"joints": {"x": {"kp": "stiff"}}}, "joints.x.kp: expected a number >= 0, got 'stiff'"),
         (RobotConfig, {"joints": {"x": {"p_gain": 1}}}, "joints.x.p_gain: unknown key; allowed: kp, kd"),
         (TaskConfig, {"rewards": {"fly": {"weight": 1}}}, "rewards.fly: unknown reward term 'fly'; allowed:"),
-        (TaskConfig, {"rewards": {"alive": {"weight": "lots"}}}, "rewards.alive.weight: expected a number"),
+        (TaskConfig, {"rewards": {"alive": {"weight": "lots"}}},
+         "rewards.alive.weight: expected a finite number, got 'lots'"),
         (TaskConfig, {"observations": {"mine": {"hook": "tests.robots.nope:f"}}}, "cannot import 'tests.robots.nope'"),
         (TaskConfig, {"reset": {"spin": 1}}, "reset.spin: unknown key; allowed: joint_pos"),
-        (TaskConfig, {"history": 0}, "history must be an integer >= 1"),
+        (TaskConfig, {"history": 3}, "unknown config key 'task.history'"),  # one window: policy.history
     ],
-)
+)  # fmt: skip
 def test_bad_sections_are_one_line_config_errors(section, data, message) -> None:
     with pytest.raises(ConfigError) as error:
         build_dataclass(section, data, "robot." if section is RobotConfig else "task.")

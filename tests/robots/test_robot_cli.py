@@ -55,8 +55,9 @@ def test_export_sidecar_describes_the_robot(exported) -> None:
 
 
 def test_deploy_on_the_simulated_robot_from_its_config(exported, tmp_path) -> None:
+    from robopt.sim2real.model import load_export
     from robopt.sim2real.robots import parse_robot
-    from robopt.sim2real.runtime import ControlLoop, DeployConfig, load_export
+    from robopt.sim2real.runtime import ControlLoop, DeployConfig
 
     _, out_dir = exported
     sidecar, policy = load_export(out_dir)
@@ -102,10 +103,13 @@ def _train_fails(*overrides: str) -> str:
         ),
         (["robot.mjcf=no/such/robot.xml"], "robot.mjcf='no/such/robot.xml': file not found"),
         (["robot.default_pose={.*_calf_joint: 0.0}"], "FR_calf_joint=0.0 is outside its range [-2.818, -0.888]"),
-        (["robot.sim.decimation=0"], "sim.decimation must be an integer >= 1"),
+        (["robot.sim.decimation=0"], "robot.sim.decimation: expected an integer >= 1, got 0"),
+        (["robot.action_scale=nan"], "robot.action_scale: expected a number, got nan"),
+        (["task.rewards.track_lin_vel_xy.std=0"], "rewards.track_lin_vel_xy.std: expected a finite number > 0, got 0"),
+        (["task.terminations.fall.angle=-1"], "terminations.fall.angle: expected an angle in (0, pi] (rad), got -1"),
         (["robot.feet=[toe]"], "robot.feet: 'toe' matches no geom or body"),
         (["task.rewards.fly={weight: 1}"], "rewards.fly: unknown reward term 'fly'; allowed: action_rate"),
-        (["task.rewards.alive={weight: lots}"], "rewards.alive.weight: expected a number, got 'lots'"),
+        (["task.rewards.alive={weight: lots}"], "rewards.alive.weight: expected a finite number, got 'lots'"),
         (["task.rewards.mine={hook: no_pkg.terms:f}"], "rewards.mine.hook='no_pkg.terms:f': cannot import"),
         (["env.id=HalfCheetah-v5"], "the robot and task sections build env.id: robot"),
     ],

@@ -130,21 +130,34 @@ def test_air_time_counts_from_lift_off_to_touch_down() -> None:
         sensordata[:, contact] = forces.flatten(1)
         task.update_context({**state, "sensordata": sensordata}, torch.zeros(1, 12, dtype=torch.float64))
     # the feet stood at the reset; foot 0 is seen off the ground at three steps and lands at the fourth: its air
-    # time is counted from the last step it was seen on the ground, 4 steps of 0.02 s (legged_gym's count)
-    torch.testing.assert_close(task.context.landed_air_time[0, 0], torch.tensor(0.08, dtype=torch.float64))
-    assert task.context.air_time[0].tolist() == [0.0, 0.0, 0.0, 0.0]
+    # time is counted from the last step it was seen on the ground, 4 steps of 0.02 s (legged_gym's count). The
+    # air time lives in the feet_air_time term's object (a term with state), not in the task.
+    (air,) = [fn for entry, fn in task._bound["rewards"] if entry.name == "feet_air_time"]
+    torch.testing.assert_close(air.landed[0, 0], torch.tensor(0.08, dtype=torch.float64))
+    assert air.air_time[0].tolist() == [0.0, 0.0, 0.0, 0.0]
 
 
 def test_history_stacks_frames_oldest_first() -> None:
-    env = quadruped(2, quiet_task(history=3))
+    # one window layout (robopt.envs.history, policy.history): frames [obs (48), previous action (12)], oldest first
+    from robopt.envs.history import HistoryEnv
+
+    env = HistoryEnv(quadruped(2, quiet_task()), 3)
     obs = env.reset(seed=0)
-    assert obs.shape == (2, 3 * 48)
-    frames = obs.view(2, 3, 48)
+    assert obs.shape == (2, 3 * 60)
+    frames = obs.view(2, 3, 60)
     torch.testing.assert_close(frames[:, 0], frames[:, 2])  # a new episode's window is its first frame, 3 times
-    next_obs, *_ = env.step(torch.zeros(2, 12))
-    after = next_obs.view(2, 3, 48)
+    action = 0.1 * torch.ones(2, 12)
+    next_obs, *_ = env.step(action)
+    after = next_obs.view(2, 3, 60)
     torch.testing.assert_close(after[:, :2], frames[:, 1:])  # the window slid by one
-    assert not torch.equal(after[:, 2], frames[:, 2])
+    assert not torch.equal(after[:, 2, :48], frames[:, 2, :48])
+    torch.testing.assert_close(after[:, 2, 48:], action)  # the action applied just before the newest observation
+
+
+def test_the_task_keeps_no_window_of_its_own() -> None:
+    # the task-level history is gone (issue 52: one history): the task's observation is one step's terms
+    env = quadruped(2, quiet_task())
+    assert env.reset(seed=0).shape == (2, 48) and not hasattr(env.task.config, "history")
 
 
 def test_commands_are_resampled_on_their_interval() -> None:
@@ -225,3 +238,28 @@ def test_standing_feet_carry_the_robots_weight() -> None:
         signals.feet_force.sum(1), torch.full((2,), 127.5, dtype=torch.float64), atol=3.0, rtol=0
     )
     assert float(env.physics.mj_model.body_mass.sum()) == pytest.approx(13.0)
+
+
+def test_a_users_terms_and_command_each_come_from_one_file() -> None:
+    # tests/robots/hooks.py declares a reward with state, an observation with a deploy source and a command kind;
+    # the config names them and nothing else in robopt changes
+    task = quiet_task(
+        commands={"hook": "tests.robots.hooks:ForwardCommand", "speed": [0.5, 0.5], "resample_s": [100.0, 100.0]},
+        rewards={"steps": {"hook": "tests.robots.hooks:StepsSinceReset", "weight": 1.0, "after": 3.0},
+                 "track_lin_vel_xy": {"weight": 1.0}},
+        terminations={},
+    )  # fmt: skip
+    task["observations"]["effort"] = {"hook": "tests.robots.hooks:joint_effort", "scale": 0.1}
+    env = quadruped(2, task)
+    obs = env.reset(seed=0)
+    assert obs.shape == (2, 60)  # 48 + the 12 torques
+    torch.testing.assert_close(obs[:, 9:12], torch.tensor([[1.0, 0.0, 0.0]] * 2))  # 0.5 m/s, scaled by 2
+    paid = []
+    for _ in range(4):
+        obs, *_ = env.step(torch.zeros(2, 12))
+        paid.append(float(env.task.log()["reward/steps"]))
+    # the stateful reward pays weight 1.0 x dt 0.02 once the episode has lasted 3 steps (its own counter)
+    assert paid == [0.0, 0.0, pytest.approx(0.02), pytest.approx(0.02)]
+    torque = Signals(env.physics.state(), env.task.robot, env.task.context).joint_torque
+    torch.testing.assert_close(obs[:, 48:], (0.1 * torque).float())  # the declared observation, scaled
+    assert env.task.state_dict()["terms"]["rewards.steps"]["steps"].tolist() == [4.0, 4.0]

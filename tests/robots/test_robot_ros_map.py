@@ -160,7 +160,8 @@ def test_bad_maps_are_one_line(walked):
         (block, targets(type="geometry_msgs/Twist"), 48, "Twist cannot carry joint positions"),
         (block, targets(type="sensor_msgs/JointState", field="effort"), 48, "JointState's position, not 'effort'"),
         (feet, section(), 52, "the policy's term 'feet_contact' has no ROS 2 source"),
-        (with_terms(block, terms, history=3), section(), 144, "does not keep observation windows yet"),
+        ({**block, "command": {**block["command"], "deploy": None}}, section(), 48,
+         "the policy observes a command (type velocity) but its sidecar records no message"),
         (None, section(), 48, "from_sidecar needs a policy of a robot from its description"),
         (block, section(topics={"lidar": "/scan"}), 48, "robot.topics: unknown key 'lidar'"),
         (block, section(observation=hand_written, topics={"imu": "/imu"}), 48,
@@ -171,3 +172,23 @@ def test_bad_maps_are_one_line(walked):
         with pytest.raises(ConfigError) as error:
             parse_robot_map(sec, "ros2", obs_dim, 12, robot_block)
         assert message in str(error.value) and "\n" not in str(error.value), (message, str(error.value))
+
+
+def test_a_users_observation_term_deploys_from_its_declaration():
+    # tests/robots/hooks.py:joint_effort declares its deploy source (JointState's effort, by joint name): the export
+    # sidecar carries it, and from_sidecar maps it with nothing added to robopt's deploy map
+    from robopt.sim2real.sidecar_map import observation_from_sidecar
+
+    robot, task = quadruped_sections()
+    task["observations"]["effort"] = {"hook": "tests.robots.hooks:joint_effort", "scale": 0.1}
+    env = make_env("robot", 1, backend="mujoco", robot=robot, task=task, seed=3, num_threads=1)
+    block = robot_sidecar(env.task)
+    term = block["observation"]["terms"][-1]
+    assert term["deploy"] == {"topic": "joint_states", "type": "sensor_msgs/JointState", "field": "effort",
+                              "by_joint": True} and term["elements"] == block["joint_names"]  # fmt: skip
+    entries = observation_from_sidecar(block, {"joint_states": "/robot/joints"}, None)
+    assert entries[-1] == {"topic": "/robot/joints", "field": "effort", "joints": block["joint_names"],
+                           "transform": {"scale": [0.1] * 12}}  # fmt: skip
+    parsed = parse_robot_map(section(topics={"joint_states": "/robot/joints"}), "ros2", 60, 12, block)
+    assert "/robot/joints" in parsed.topics
+    env.close()

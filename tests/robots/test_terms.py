@@ -74,12 +74,23 @@ def test_joint_terms() -> None:
     torch.testing.assert_close(rewards.joint_pos_limits(signals, soft=0.9), t(0.15))
     torch.testing.assert_close(rewards.joint_deviation(signals), t(0.95))  # 0.45 + 0.5 + 0
     torch.testing.assert_close(observations.joint_pos(signals), t(0.45, -0.5, 0.0)[None])
-    # energy: |2 * 0.5| + |-1 * 3| = 4; torques: 4 + 1 = 5; joint_acc: ((0.5 - 0.3) / 0.02)^2 + 0 = 100
-    signals = Signals.of(joint_torque=t(2.0, -1.0)[None], joint_vel=t(0.5, 3.0)[None],
-                         previous_joint_vel=t(0.3, 3.0)[None], step_dt=0.02)  # fmt: skip
+    # energy: |2 * 0.5| + |-1 * 3| = 4; torques: 4 + 1 = 5
+    signals = Signals.of(joint_torque=t(2.0, -1.0)[None], joint_vel=t(0.5, 3.0)[None], step_dt=0.02)
     torch.testing.assert_close(rewards.energy(signals), t(4.0))
     torch.testing.assert_close(rewards.joint_torques(signals), t(5.0))
-    torch.testing.assert_close(rewards.joint_acc(signals), t(100.0))
+
+
+def test_joint_acc_keeps_the_velocities_of_the_step_before() -> None:
+    # started at (0.3, 3.0); a step to (0.5, 3.0) at 0.02 s: ((0.5 - 0.3) / 0.02)^2 + 0 = 100
+    acc = rewards.JointAcc(Signals.of(joint_vel=t(0.3, 3.0)[None]))
+    acc.update(Signals.of(joint_vel=t(0.5, 3.0)[None], step_dt=0.02))
+    torch.testing.assert_close(acc(Signals.of()), t(100.0))
+    # the next step from (0.5, 3.0) to (0.5, 2.9): (0.1 / 0.02)^2 = 25; a reset row starts from its new velocity
+    acc.update(Signals.of(joint_vel=t(0.5, 2.9)[None], step_dt=0.02))
+    torch.testing.assert_close(acc(Signals.of()), t(25.0))
+    acc.reset(torch.tensor([0]), Signals.of(joint_vel=t(-1.0, 0.0)[None]))
+    acc.update(Signals.of(joint_vel=t(-1.0, 0.0)[None], step_dt=0.02))
+    torch.testing.assert_close(acc(Signals.of()), t(0.0))
 
 
 def test_action_rate_and_stand_still() -> None:
@@ -94,11 +105,24 @@ def test_action_rate_and_stand_still() -> None:
 
 
 def test_feet_air_time_and_slip() -> None:
-    # feet landing after 0.6 s and 0.3 s with threshold 0.5: (0.6 - 0.5) + (0.3 - 0.5) = -0.1, only while moving
-    landed = torch.tensor([[0.6, 0.0, 0.3, 0.0], [0.6, 0.0, 0.3, 0.0]], dtype=F64)
+    # two rows, two feet, 0.1 s steps; both feet stand at step 0 and are off the ground from step 1. Foot 0 lands
+    # at step 6, foot 1 at step 3; air time counts from the last step a foot stood (legged_gym's): 0.6 s and 0.3 s.
+    # With threshold 0.5: (0.3 - 0.5) = -0.2 at step 3 and (0.6 - 0.5) = 0.1 at step 6, only while moving (row 0).
+    def feet(*contact) -> Signals:
+        return Signals.of(feet_contact=torch.tensor([contact, contact]), step_dt=0.1)
+
     command = torch.tensor([[0.5, 0.0, 0.0], [0.05, 0.0, 0.0]], dtype=F64)
-    signals = Signals.of(landed_air_time=landed, command=command)
-    torch.testing.assert_close(rewards.feet_air_time(signals, threshold=0.5), t(-0.1, 0.0))
+    air = rewards.FeetAirTime(Signals.of(feet_force=torch.zeros(2, 2, dtype=F64),
+                                         feet_contact=torch.ones(2, 2, dtype=torch.bool)))  # fmt: skip
+    seen = []
+    for step in range(1, 8):
+        air.update(feet(step >= 6, step >= 3))
+        seen.append(air(Signals.of(command=command), threshold=0.5))
+    torch.testing.assert_close(seen[2], t(-0.2, 0.0))  # step 3: foot 1 lands after 0.3 s
+    torch.testing.assert_close(seen[5], t(0.1, 0.0))  # step 6: foot 0 after 0.6 s
+    assert all(float(seen[i].abs().sum()) == 0.0 for i in (0, 1, 3, 4, 6))  # nothing lands at the other steps
+    air.reset(torch.tensor([0]), feet(True, False))  # a reset row: nothing has just landed, foot 1 is in the air
+    assert air.air_time[0].tolist() == [0.0, 0.0] and air.in_contact[0].tolist() == [True, False]
     # slip: feet on the ground only, |v_xy|^2: foot 0 (0.3, 0.4) -> 0.25, foot 1 in the air (ignored)
     signals = Signals.of(feet_vel=torch.tensor([[[0.3, 0.4, 1.0], [2.0, 0.0, 0.0]]], dtype=F64),
                          feet_contact=torch.tensor([[True, False]]))  # fmt: skip
@@ -159,7 +183,7 @@ def test_bad_commands_are_one_line(config, message) -> None:
 def test_term_parsing_errors_name_the_key() -> None:
     with pytest.raises(ValueError, match=r"rewards.run_fast: unknown reward term 'run_fast'; allowed: action_rate"):
         parse_terms("reward", "rewards", {"run_fast": {"weight": 1.0}}, REGISTRY["reward"])
-    with pytest.raises(ValueError, match=r"rewards.track_lin_vel_xy.weight: expected a number, got 'high'"):
+    with pytest.raises(ValueError, match=r"rewards.track_lin_vel_xy.weight: expected a finite number, got 'high'"):
         parse_terms("reward", "rewards", {"track_lin_vel_xy": {"weight": "high"}}, REGISTRY["reward"])
     with pytest.raises(ValueError, match=r"unknown parameter 'sigma' of reward term 'track_lin_vel_xy'; allowed: std"):
         parse_terms("reward", "rewards", {"track_lin_vel_xy": {"sigma": 1.0}}, REGISTRY["reward"])
@@ -178,3 +202,17 @@ def test_a_hook_term_takes_its_parameters() -> None:
         term.weight == 2.0 and term.params == {"target": 0.3} and term.source == "hook tests.robots.hooks:height_bonus"
     )
     torch.testing.assert_close(term.fn(Signals.of(base_height=t(0.25)), **term.params), t(-0.05))
+
+
+def test_a_declared_hook_brings_its_needs_and_ranges() -> None:
+    hook = {"hook": "tests.robots.hooks:StepsSinceReset", "weight": 1.0}
+    (entry,) = parse_terms("reward", "rewards", {"steps": {**hook, "after": 3.0}}, REGISTRY["reward"])
+    assert entry.info.stateful and [need.name for need in entry.needs] == ["floating"]
+    with pytest.raises(ValueError, match=r"rewards.steps.after: expected a finite number > 0, got -1"):
+        parse_terms("reward", "rewards", {"steps": {**hook, "after": -1}}, REGISTRY["reward"])
+    with pytest.raises(ValueError, match=r"is declared as a reward term; this section takes observation terms"):
+        parse_terms("observation", "observations", {"steps": {"hook": hook["hook"]}}, REGISTRY["observation"])
+    # an undeclared hook needs nothing and names its elements by number
+    undeclared = {"mine": {"hook": "tests.robots.hooks:height_bonus"}}
+    (bare,) = parse_terms("reward", "rewards", undeclared, REGISTRY["reward"])
+    assert bare.needs == () and bare.info.element_names(None, 2) == ["0", "1"]

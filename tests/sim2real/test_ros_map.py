@@ -11,7 +11,8 @@ import pytest
 
 from robopt.options import ConfigError
 from robopt.sim2real import cdr
-from robopt.sim2real.ros_map import gravity_in_body, parse_robot_map
+from robopt.sim2real.ros_fields import gravity_in_body
+from robopt.sim2real.ros_map import parse_robot_map
 from robopt.sim2real.topic_robot import SILENT_NOTICE_S, TopicRobot
 
 JOINTS = "sensor_msgs/msg/JointState"

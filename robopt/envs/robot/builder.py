@@ -192,11 +192,12 @@ def _camera(spec, model, base: int, floating: bool) -> None:
     body.add_camera(name="track", mode=mode, pos=list(offset), xyaxes=[*x_axis, *y_axis])
 
 
-def build_robot(config: RobotConfig, contact_groups: dict | None = None, end_effector: bool = False) -> RobotModel:
+def build_robot(config: RobotConfig, contact_groups: dict | None = None) -> RobotModel:
     """Compile the robot of ``config`` with what its task reads; ValueError (one line, naming the key) on bad input.
 
     ``contact_groups``: tuples of body regular expressions whose contacts terms count -> the config key that named
-    them (for messages); ``end_effector``: add the end effector's sensors (pose terms need ``robot.end_effector``).
+    them (for messages; ``robopt.envs.robot.terms.contact_groups``). The end effector's sensors are added when
+    ``robot.end_effector`` names one (the terms that need it say so when it does not).
     """
     path = resolve_mjcf(config.mjcf)
     spec = load_spec(path)
@@ -223,9 +224,7 @@ def build_robot(config: RobotConfig, contact_groups: dict | None = None, end_eff
         add_imu(spec, model, config, base, sensors)
     foot_names, foot_radius = add_feet(spec, model, config, floor, sensors)
     add_contact_groups(spec, model, contact_groups or {}, foot_names, sensors)
-    if end_effector or config.end_effector:
-        if not config.end_effector:
-            raise ValueError("the task's pose terms need robot.end_effector (a site or body of the arm's tip)")
+    if config.end_effector:
         add_end_effector(spec, model, config, sensors)
     if config.gravity_compensation:
         for body in spec.bodies[1:]:

@@ -15,7 +15,7 @@ from robopt.config import ConfigError
 from robopt.envs.robot.commands import parse_command
 from robopt.envs.robot.library import REGISTRY
 from robopt.envs.robot.terms import parse_terms
-from robopt.options import option
+from robopt.options import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, option
 
 ROBOT_ENV_ID = "robot"
 JOINT_KEYS = ("kp", "kd", "effort", "armature", "damping", "frictionloss", "scale")
@@ -24,12 +24,14 @@ RESET_KEYS = ("joint_pos", "base_yaw", "base_xy", "base_velocity")
 
 @dataclass(frozen=True)
 class SimConfig:
-    timestep: float = option(0.005, "physics timestep (s)")
-    decimation: int = option(4, "physics steps per control step: the policy acts every timestep * decimation s")
+    timestep: float = option(0.005, "physics timestep (s)", check=POSITIVE)
+    decimation: int = option(
+        4, "physics steps per control step: the policy acts every timestep * decimation s", check=AT_LEAST_ONE
+    )
     integrator: str = option("implicitfast", "MuJoCo integrator", ("euler", "implicit", "implicitfast", "rk4"))
     solver: str = option("newton", "constraint solver", ("newton", "cg", "pgs"))
-    iterations: int = option(10, "solver iterations per step")
-    ls_iterations: int = option(20, "line-search iterations per solver iteration")
+    iterations: int = option(10, "solver iterations per step", check=AT_LEAST_ONE)
+    ls_iterations: int = option(20, "line-search iterations per solver iteration", check=AT_LEAST_ONE)
     cone: str = option("pyramidal", "friction cone", ("pyramidal", "elliptic"))
 
     def __post_init__(self) -> None:
@@ -50,7 +52,9 @@ class FloorConfig:
         "plane", "ground added to the model: an infinite flat 'plane' at z = 0, or 'none' (the description's own "
         "ground, or a fixed-base arm)", ("plane", "none"),
     )  # fmt: skip
-    friction: float = option(1.0, "the floor's sliding friction (MuJoCo takes the larger of the two geoms')")
+    friction: float = option(
+        1.0, "the floor's sliding friction (MuJoCo takes the larger of the two geoms')", check=NON_NEGATIVE
+    )
 
 
 @dataclass(frozen=True)
@@ -69,13 +73,17 @@ class RobotConfig:
         "joint_position", "joint_position: PD targets default + scale * action; joint_effort: torques scale * action",
         ("joint_position", "joint_effort"),
     )  # fmt: skip
-    action_scale: float = option(0.25, "the action's scale (rad, or N m for joint_effort); a joint's `scale` wins")
+    action_scale: float = option(
+        0.25, "the action's scale (rad, or N m for joint_effort); a joint's `scale` wins", check=POSITIVE
+    )
     actuators: str = option(
         "auto", "auto: keep a description's own actuators, add robopt's PD (or torque) actuators when it has none; "
         "replace: drop the description's and add robopt's", ("auto", "replace"),
     )  # fmt: skip
     base: str = option("", "the base body ('' = the world's first child body)")
-    base_height: float = option(0.0, "a floating base's height at reset (m); 0 puts the feet on the floor")
+    base_height: float = option(
+        0.0, "a floating base's height at reset (m); 0 puts the feet on the floor", check=NON_NEGATIVE
+    )
     imu: str = option("", "the IMU site on the base ('' = a site added at the base body's origin)")
     feet: tuple[str, ...] = option((), "foot geoms or bodies (regular expressions, full match)")
     end_effector: str = option("", "an arm's end-effector site or body (for pose commands and terms)")
@@ -86,8 +94,8 @@ class RobotConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.base_height, float) or self.base_height < 0:
             raise ValueError(f"base_height must be a number >= 0 (m), got {self.base_height!r}")
-        if self.action_scale <= 0:
-            raise ValueError(f"action_scale must be > 0, got {self.action_scale!r}")
+        if not 0 < self.action_scale < math.inf:
+            raise ValueError(f"action_scale must be a finite number > 0, got {self.action_scale!r}")
         for pattern, entry in self.joints.items():
             if not isinstance(entry, dict):
                 raise ValueError(f"joints.{pattern}: expected a mapping of {', '.join(JOINT_KEYS)}, got {entry!r}")
@@ -103,7 +111,7 @@ class RobotConfig:
 
 @dataclass(frozen=True)
 class TaskConfig:
-    episode_s: float = option(20.0, "episode length (s): truncated (and bootstrapped) after it")
+    episode_s: float = option(20.0, "episode length (s): truncated (and bootstrapped) after it", check=POSITIVE)
     commands: dict = option(
         {}, "command generator: {type: velocity, lin_vel_x: [lo, hi], lin_vel_y, ang_vel_z, resample_s: [lo, hi], "
         "standing: share} or {type: pose, x, y, z, roll, pitch, yaw, resample_s}",
@@ -120,13 +128,10 @@ class TaskConfig:
         {}, "reset spread: joint_pos [lo, hi] (rad, added), base_yaw (rad, +-), base_xy (m, +-), base_velocity "
         "(m/s and rad/s, +-)",
     )  # fmt: skip
-    history: int = option(1, "observations of the last K control steps, stacked oldest first")
 
     def __post_init__(self) -> None:
         if not isinstance(self.episode_s, float) or not 0 < self.episode_s < math.inf:
             raise ValueError(f"episode_s must be a positive number of seconds, got {self.episode_s!r}")
-        if self.history < 1:
-            raise ValueError(f"history must be an integer >= 1 (control steps), got {self.history}")
         parse_task_terms(self)
         parse_command(self.commands)
         for key, value in self.reset.items():

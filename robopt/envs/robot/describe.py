@@ -1,12 +1,14 @@
 """What a robot computer needs to run a term task's policy: the ``robot`` block of the export sidecar.
 
-Shapes: A actuated joints (action order), D observation dim of one step, K history length.
+Shapes: A actuated joints (action order), D observation dim.
 
 The block holds the joint names in action order, the action's meaning (``target = offset + scale * action`` with
 offset the default pose for ``joint_position``; ``torque = scale * action`` for ``joint_effort``), PD gains and
 effort limits, joint ranges, the control period, the observation terms in order with their widths, scales and
-clips (and the noise they were trained with), the history length, and the command's ranges. ``observation_names``
-names every element of the policy's input: ``<term>/<element>``, with ``@t-k`` for older frames of a history.
+clips (and the noise they were trained with), each element's name and the term's deploy source (both from the
+term's declaration, ``robopt.envs.robot.terms``), and the command's ranges and deploy source. ``observation_names``
+names every element of the observation: ``<term>/<element>``. A policy that sees a window of past steps
+(``policy.history``) has it described in the sidecar's ``history`` block, the runtime builds it.
 """
 
 from __future__ import annotations
@@ -15,46 +17,25 @@ import math
 
 from robopt.envs.robot.task import TermTask
 
-_XYZ = ("x", "y", "z")
-_JOINT_TERMS = ("joint_pos", "joint_vel", "joint_torque", "last_action")
-_FEET_TERMS = ("feet_contact", "feet_force", "feet_height")
-
-
-def _element_names(task: TermTask, name: str, width: int) -> list[str]:
-    robot = task.robot
-    if name in _JOINT_TERMS and width == len(robot.joint_names):
-        return list(robot.joint_names)
-    if name in _FEET_TERMS and width == robot.num_feet:
-        return list(robot.foot_names)
-    if name in ("velocity_command", "pose_command") and task.command is not None and width == task.command.dim:
-        return list(task.command.names)
-    if width == 3 and name.startswith("base_"):
-        return list(_XYZ)
-    if name == "projected_gravity":
-        return list(_XYZ)
-    return [str(i) for i in range(width)]
-
 
 def observation_terms(task: TermTask) -> list[dict]:
-    """The policy's observation terms in order: name, width, per-element scale, noise, bias, clip."""
-    widths = task.term_widths
+    """The policy's observation terms in order: name, width, per-element scale, noise, bias, clip, element names and
+    the deploy source (None where a robot computer has none)."""
     terms, start = [], 0
-    for term, width in zip(task.observation_terms, widths, strict=True):
-        scale = task.frame_scale[start : start + width].tolist()
+    for term, width in zip(task.observation_terms, task.term_widths, strict=True):
+        deploy = term.info.deploy
         terms.append({
-            "name": term.name, "size": width, "scale": scale, "noise": term.noise, "bias": term.bias,
-            "clip": None if math.isinf(term.clip) else term.clip,
-            "elements": _element_names(task, term.name, width),
+            "name": term.name, "size": width, "scale": task.frame_scale[start : start + width].tolist(),
+            "noise": term.noise, "bias": term.bias, "clip": None if math.isinf(term.clip) else term.clip,
+            "elements": term.info.element_names(task, width), "deploy": deploy.to_json() if deploy else None,
         })  # fmt: skip
         start += width
     return terms
 
 
 def observation_names(task: TermTask) -> list[str]:
-    """A name for each policy input [K * D], oldest frame first: ``joint_pos/FR_hip_joint``, ``...@t-1``."""
-    frame = [f"{term['name']}/{element}" for term in observation_terms(task) for element in term["elements"]]
-    history = task.config.history
-    return [name if age == 0 else f"{name}@t-{age}" for age in range(history - 1, -1, -1) for name in frame]
+    """A name for each observation element [D]: ``joint_pos/FR_hip_joint``, ``projected_gravity/z``..."""
+    return [f"{term['name']}/{element}" for term in observation_terms(task) for element in term["elements"]]
 
 
 def robot_sidecar(task: TermTask) -> dict:
@@ -78,6 +59,6 @@ def robot_sidecar(task: TermTask) -> dict:
         "floating_base": robot.floating,
         "feet": list(robot.foot_names),
         "end_effector": robot.end_effector,
-        "observation": {"history": task.config.history, "terms": observation_terms(task)},
+        "observation": {"terms": observation_terms(task)},
         "command": task.command.describe() if task.command is not None else None,
     }

@@ -10,32 +10,14 @@ from robopt.envs.robot.builder import build_robot
 from robopt.envs.robot.config import ROBOT_ENV_ID, RobotConfig, TaskConfig, parse_task_terms
 from robopt.envs.robot.model import RobotModel
 from robopt.envs.robot.task import TermTask
+from robopt.envs.robot.terms import contact_groups
 
 ENV_OPTIONS = ("seed", "randomization", "max_episode_steps")
 
 
-def contact_groups(task: TaskConfig) -> dict[tuple[str, ...], str]:
-    """The body groups (regular-expression tuples) whose contacts the task's terms count -> the key naming them."""
-    groups: dict[tuple[str, ...], str] = {}
-    for section, terms in parse_task_terms(task).items():
-        for term in terms:
-            bodies = term.params.get("bodies")
-            if bodies is None:
-                continue
-            key = f"task.{section}.{term.name}.bodies"
-            if isinstance(bodies, str) or not isinstance(bodies, (list, tuple)) or not bodies:
-                raise ValueError(f"{key}: expected a list of body regular expressions, got {bodies!r}")
-            groups.setdefault(tuple(str(b) for b in bodies), key)
-    return groups
-
-
-def needs_end_effector(task: TaskConfig) -> bool:
-    return any("end_effector" in term.requires for terms in parse_task_terms(task).values() for term in terms)
-
-
 def build_robot_model(robot: RobotConfig, task: TaskConfig) -> RobotModel:
-    """The robot compiled with the sensors its task's terms read."""
-    return build_robot(robot, contact_groups(task), needs_end_effector(task))
+    """The robot compiled with the sensors its task's terms declare they need (contacts on named bodies)."""
+    return build_robot(robot, contact_groups(parse_task_terms(task)))
 
 
 def make_robot_env(

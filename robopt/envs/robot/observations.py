@@ -1,4 +1,5 @@
-"""Observation terms: ``fn(signals, **params) -> [N, d]`` (see ``robopt.envs.robot.terms``).
+"""Observation terms: ``fn(signals, **params) -> [N, d]``, each declared once (``robopt.envs.robot.terms``): what it
+needs, its elements' names, and how a robot computer computes it (``Deploy``) where one can.
 
 Shapes: N envs, A actuated joints, F feet. The task scales each term, adds its noise and bias, clips, and
 concatenates the terms in the order of ``task.observations``. Privileged terms for the critic (``task.critic``)
@@ -9,78 +10,99 @@ from __future__ import annotations
 
 import torch
 
+from robopt.envs.robot.commands import POSE, VELOCITY
 from robopt.envs.robot.signals import Signals, quat_conjugate, quat_multiply, quat_rotate_inverse
-from robopt.envs.robot.terms import term
+from robopt.envs.robot.terms import (
+    END_EFFECTOR,
+    FEET,
+    FLOATING,
+    XYZ,
+    Deploy,
+    command_names,
+    foot_names,
+    joint_names,
+    named,
+    term,
+)
+
+JOINT_STATES = {"topic": "joint_states", "type": "sensor_msgs/JointState", "by_joint": True}
+IMU = {"topic": "imu", "type": "sensor_msgs/Imu"}
+POSE_NAMES = named("x", "y", "z", "qw", "qx", "qy", "qz")
 
 
-@term("observation", requires=("floating",))
+@term(
+    "observation",
+    needs=(FLOATING,),
+    elements=XYZ,
+    deploy=Deploy(topic="odom", type="nav_msgs/Odometry", field="twist.twist.linear"),
+)
 def base_lin_vel(s: Signals) -> torch.Tensor:
     """Linear velocity of the base in its own (IMU) frame [N, 3] (m/s)."""
     return s.base_lin_vel
 
 
-@term("observation", requires=("floating",))
+@term("observation", needs=(FLOATING,), elements=XYZ, deploy=Deploy(**IMU, field="angular_velocity"))
 def base_ang_vel(s: Signals) -> torch.Tensor:
     """Angular velocity of the base in its own (IMU) frame [N, 3] (rad/s): a gyro's reading."""
     return s.base_ang_vel
 
 
-@term("observation", requires=("floating",))
+@term("observation", needs=(FLOATING,), elements=XYZ, deploy=Deploy(**IMU, field="orientation", convert="gravity"))
 def projected_gravity(s: Signals) -> torch.Tensor:
     """Unit gravity vector in the base (IMU) frame [N, 3]: (0, 0, -1) when level."""
     return s.projected_gravity
 
 
-@term("observation", requires=("floating",))
+@term("observation", needs=(FLOATING,))
 def base_height(s: Signals) -> torch.Tensor:
     """Height of the base above the floor [N, 1] (m); a privileged term (a robot rarely measures it)."""
     return s.base_height[:, None]
 
 
-@term("observation")
+@term("observation", elements=joint_names, deploy=Deploy(**JOINT_STATES, field="position", offset="default_pose"))
 def joint_pos(s: Signals) -> torch.Tensor:
     """Joint positions relative to the default pose [N, A] (rad)."""
     return s.joint_pos - s.default_pose
 
 
-@term("observation")
+@term("observation", elements=joint_names, deploy=Deploy(**JOINT_STATES, field="velocity"))
 def joint_vel(s: Signals) -> torch.Tensor:
     """Joint velocities [N, A] (rad/s)."""
     return s.joint_vel
 
 
-@term("observation")
+@term("observation", elements=joint_names)
 def joint_torque(s: Signals) -> torch.Tensor:
     """Actuator torques [N, A] (N m)."""
     return s.joint_torque
 
 
-@term("observation")
+@term("observation", elements=joint_names, deploy=Deploy(runtime="last_action"))
 def last_action(s: Signals) -> torch.Tensor:
     """The policy's previous action [N, A] (clipped to the action bounds; zeros at an episode's start)."""
     return s.action
 
 
-@term("observation", requires=("velocity",))
+@term("observation", needs=(VELOCITY,), elements=command_names, deploy=Deploy(command=True))
 def velocity_command(s: Signals) -> torch.Tensor:
     """The velocity command [N, 3]: forward (m/s), lateral (m/s), yaw rate (rad/s), in the base's heading frame."""
     return s.command
 
 
-@term("observation", requires=("pose",))
+@term("observation", needs=(POSE,), elements=command_names, deploy=Deploy(command=True))
 def pose_command(s: Signals) -> torch.Tensor:
     """The target pose of the end effector in the base frame [N, 7]: position (m), quaternion (w, x, y, z)."""
     return s.command
 
 
-@term("observation", requires=("end_effector",))
+@term("observation", needs=(END_EFFECTOR,), elements=POSE_NAMES)
 def ee_pose(s: Signals) -> torch.Tensor:
     """The end effector's pose in the base frame [N, 7]: position (m), quaternion (w, x, y, z), w >= 0."""
     quat = s.ee_quat_base
     return torch.cat([s.ee_pos_base, torch.where(quat[:, :1] < 0, -quat, quat)], dim=1)
 
 
-@term("observation", requires=("end_effector", "pose"))
+@term("observation", needs=(END_EFFECTOR, POSE), elements=named("x", "y", "z", "rx", "ry", "rz"))
 def ee_pose_error(s: Signals) -> torch.Tensor:
     """Target minus end effector [N, 6]: position error in the base frame (m) and the rotation error as an axis
     times angle in the end effector's frame (rad)."""
@@ -94,25 +116,25 @@ def ee_pose_error(s: Signals) -> torch.Tensor:
     return torch.cat([position, axis_angle], dim=1)
 
 
-@term("observation", requires=("feet",))
+@term("observation", needs=(FEET,), elements=foot_names)
 def feet_contact(s: Signals) -> torch.Tensor:
     """1.0 for each foot on the ground, else 0.0 [N, F] (privileged)."""
     return s.feet_contact.to(s.feet_force.dtype)
 
 
-@term("observation", requires=("feet",))
+@term("observation", needs=(FEET,), elements=foot_names)
 def feet_force(s: Signals) -> torch.Tensor:
     """Contact force on each foot [N, F] (N; privileged)."""
     return s.feet_force
 
 
-@term("observation", requires=("feet",))
+@term("observation", needs=(FEET,), elements=foot_names)
 def feet_height(s: Signals) -> torch.Tensor:
     """Height of each foot's lowest point above the floor [N, F] (m; privileged)."""
     return s.feet_height
 
 
-@term("observation", requires=("feet", "floating"))
+@term("observation", needs=(FEET, FLOATING))
 def feet_vel(s: Signals) -> torch.Tensor:
     """Foot velocities in the base frame [N, F * 3] (m/s; privileged)."""
     quat = s.base_quat[:, None, :].expand(-1, s.feet_vel.shape[1], -1)

@@ -1,4 +1,5 @@
-"""What terms read: the backend state seen through a robot's index tables, plus the task's context.
+"""What terms read: the backend state seen through a robot's index tables, plus the task's ``Context`` (the command
+the policy saw and its actions).
 
 Shapes: N envs, A actuated joints (= action dim), F feet, C command dim. Quaternions are MuJoCo's (w, x, y, z).
 
@@ -11,13 +12,13 @@ frame. A unit test builds a ``Signals`` from values with ``Signals.of(...)``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 if TYPE_CHECKING:
-    from robopt.envs.robot.context import Context
     from robopt.envs.robot.model import RobotModel
 
 
@@ -77,6 +78,17 @@ def euler_quat(roll: torch.Tensor, pitch: torch.Tensor, yaw: torch.Tensor) -> to
     qx = torch.stack([torch.cos(0.5 * roll), torch.sin(0.5 * roll), zero, zero], dim=-1)
     qy = torch.stack([torch.cos(0.5 * pitch), zero, torch.sin(0.5 * pitch), zero], dim=-1)
     return quat_multiply(quat_multiply(yaw_quat(yaw), qy), qx)
+
+
+@dataclass
+class Context:
+    """What terms read besides the simulator's state (tensors on the physics device, in the state's dtype): the
+    command the policy saw (the command generator's value, written in place) and its actions. What a single term
+    keeps across steps lives in that term (``robopt.envs.robot.terms``), not here."""
+
+    command: torch.Tensor  # [N, C]
+    action: torch.Tensor  # [N, A] this step's action (clipped), zeros before the first
+    previous_action: torch.Tensor  # [N, A]
 
 
 class Signals:
@@ -238,16 +250,6 @@ class Signals:
     def previous_action(self) -> torch.Tensor:
         """The action of the step before [N, A] (zeros at an episode's first step)."""
         return self.context.previous_action
-
-    @cached_property
-    def previous_joint_vel(self) -> torch.Tensor:
-        """Joint velocities one control step ago [N, A]."""
-        return self.context.previous_joint_vel
-
-    @cached_property
-    def landed_air_time(self) -> torch.Tensor:
-        """Air time (s) of feet that touched down this step, 0 for the others [N, F]."""
-        return self.context.landed_air_time
 
     @cached_property
     def step_dt(self) -> float:

@@ -1,25 +1,28 @@
 """``TermTask``: a task made of terms over a robot, behind the ``Task`` protocol (``robopt.envs.tasks.base``).
 
-Shapes: N envs, M rows being reset, A actuated joints (= action dim), F feet, C command dim, D observation dim
-of one step, K history length, P privileged dim.
+Shapes: N envs, M rows being reset, A actuated joints (= action dim), F feet, C command dim, D observation dim,
+P privileged dim.
 
-The task's own state is a ``Context`` (commands and their timers, the last two actions, joint velocities a step
-ago, feet air time, per-episode observation biases, the observation history). The env calls the ``ContextTask``
-hooks in a fixed order (``robopt.envs.tasks.base.ContextTask``); the terms themselves are pure. Noise draws come
-from the task's step generator (seeded by the env), reset draws from the env's generator, so a seed gives the same
-run. The reward is ``sum_i weight_i * term_i * dt``; an episode ends ``terminated`` when any termination term holds
-and ``truncated`` at the time limit (the env's ``max_episode_steps``).
+The task's own state: a ``Context`` (the command the policy saw, its last two actions), the command generator's
+(``robopt.envs.robot.commands``: values and timers), the state of each stateful term (air time...: the term object
+keeps it), the per-episode observation biases and the current observation. The env calls the ``ContextTask`` hooks
+in a fixed order (``robopt.envs.tasks.base.ContextTask``); stateless terms are pure functions. Noise draws come from
+the task's step generator (seeded by the env), reset draws from the env's generator, so a seed gives the same run.
+The reward is ``sum_i weight_i * term_i * dt``; an episode ends ``terminated`` when any termination term holds and
+``truncated`` at the time limit (the env's ``max_episode_steps``). A policy that sees a window of past steps gets
+it from ``policy.history`` (``robopt.envs.history``), the one window layout the export and the runtime share.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
 from robopt.envs.robot.commands import Command, parse_command
 from robopt.envs.robot.config import TaskConfig, parse_task_terms
-from robopt.envs.robot.context import Context
 from robopt.envs.robot.model import RobotModel
-from robopt.envs.robot.signals import Signals, quat_multiply, yaw_quat
+from robopt.envs.robot.signals import Context, Signals, quat_multiply, yaw_quat
 from robopt.envs.robot.terms import Term
 
 FIELDS = ("qpos", "qvel", "sensordata", "actuator_force")
@@ -32,7 +35,7 @@ class TermTask:
 
     def __init__(self, robot: RobotModel, config: TaskConfig, num_envs: int, device: torch.device,
                  dtype: torch.dtype) -> None:  # fmt: skip
-        terms = parse_task_terms(config)
+        self.sections = parse_task_terms(config)
         self.robot, self.config, self.num_envs = robot, config, num_envs
         self.device, self.dtype = torch.device(device), dtype
         self.name = f"Robot[{robot.name}]"
@@ -40,31 +43,25 @@ class TermTask:
         self.dt = robot.control_dt
         self.max_episode_steps = max(1, round(config.episode_s / self.dt))
         self.fields = FIELDS
-        self.observation_terms, self.critic_terms = terms["observations"], terms["critic"]
-        self.reward_terms, self.termination_terms = terms["rewards"], terms["terminations"]
+        self.observation_terms, self.critic_terms = self.sections["observations"], self.sections["critic"]
+        self.reward_terms, self.termination_terms = self.sections["rewards"], self.sections["terminations"]
         self.command: Command | None = parse_command(config.commands)
-        self._check_requirements()
+        self._check_needs()
         self.action_low, self.action_high = self._action_bounds()
         self.step_generator = torch.Generator(device=self.device)
         self._robot_tensors()
-        self.context: Context | None = None  # built by ``bind`` once the observation width is known
+        self.context: Context | None = None  # built by ``bind`` once a first state is known
         self._log: dict[str, torch.Tensor] = {}
         self.privileged_dim = 0
 
     # -- construction ----------------------------------------------------------------------------------------------
-    def _check_requirements(self) -> None:
-        have = {"feet": self.robot.num_feet > 0, "end_effector": bool(self.robot.end_effector),
-                "floating": self.robot.floating, "velocity": getattr(self.command, "kind", "") == "velocity",
-                "pose": getattr(self.command, "kind", "") == "pose"}  # fmt: skip
-        advice = {"feet": "robot.feet", "end_effector": "robot.end_effector", "floating": "a base with a free joint",
-                  "velocity": "task.commands.type: velocity", "pose": "task.commands.type: pose"}  # fmt: skip
-        sections = (("observations", self.observation_terms), ("critic", self.critic_terms),
-                    ("rewards", self.reward_terms), ("terminations", self.termination_terms))  # fmt: skip
-        for section, terms in sections:
-            for term in terms:
-                for need in term.requires:
-                    if not have[need]:
-                        raise ValueError(f"task.{section}.{term.name} needs {advice[need]}")
+    def _check_needs(self) -> None:
+        """Each term's declared needs, against this robot and command: one line naming what provides a missing one."""
+        for section, terms in self.sections.items():
+            for entry in terms:
+                for need in entry.needs:
+                    if not need.present(self):
+                        raise ValueError(f"task.{section}.{entry.name} needs {need.advice}")
         if not self.observation_terms:
             raise ValueError("task.observations is empty: list the policy's observation terms")
         if not self.reward_terms:
@@ -88,28 +85,23 @@ class TermTask:
             object.__setattr__(robot, name, getattr(robot, name).to(self.device, self.dtype))
 
     def bind(self, state: dict[str, torch.Tensor]) -> None:
-        """Build the context from a first state: every term is run once, so a hook that fails or returns the wrong
-        shape is a one-line ValueError here, not a traceback in training."""
-        n, a, f = self.num_envs, self.robot.qpos_index.numel(), self.robot.num_feet
+        """Build the context and the stateful terms from a first state; every term is run once, so a hook that fails
+        or returns the wrong shape is a one-line ValueError here, not a traceback in training."""
+        n, a = self.num_envs, self.robot.qpos_index.numel()
         zeros = lambda *shape: torch.zeros(*shape, device=self.device, dtype=self.dtype)  # noqa: E731
-        command = zeros(n, self.command.dim if self.command else 0)
-        self.context = Context(
-            command,
-            torch.zeros(n, dtype=torch.long, device=self.device),
-            zeros(n, a),
-            zeros(n, a),
-            zeros(n, a),
-            zeros(n, f),
-            zeros(n, f),
-            torch.zeros(n, f, dtype=torch.bool, device=self.device),
-            zeros(n, 0),
-            zeros(n, 1, 0),
-        )
+        if self.command is not None:
+            command = self.command.bind(n, self.device, self.dtype, self.dt)
+        else:
+            command = zeros(n, 0)
+        self.context = Context(command, zeros(n, a), zeros(n, a))
         signals = Signals(state, self.robot, self.context)
-        parts = self._run_checked(self.observation_terms, signals, "observations")
+        self._bound = {section: [(entry, _instance(entry, signals, section)) for entry in terms]
+                       for section, terms in self.sections.items()}  # fmt: skip
+        self._stateful = [fn for bound in self._bound.values() for entry, fn in bound if entry.info.stateful]
+        parts = self._run_checked("observations", signals)
         self.obs_width = sum(part.shape[1] for part in parts)
         self.term_widths = [part.shape[1] for part in parts]
-        # per-element scale, noise, bias amplitude and clip of the frame [D]
+        # per-element scale, noise, bias amplitude and clip of the observation [D]
         self._scale, self._noise, self._bias, self._clip = (
             torch.cat([_expand(getattr(term, name), part.shape[1], term) for term, part in
                        zip(self.observation_terms, parts, strict=True)]).to(self.device, self.dtype)
@@ -117,55 +109,62 @@ class TermTask:
         )  # fmt: skip
         self._noisy, self._biased = bool((self._noise > 0).any()), bool((self._bias > 0).any())
         self.frame_scale = self._scale.cpu().to(torch.float64)  # [D], for the export sidecar
-        self.context.bias = zeros(n, self.obs_width)
-        self.context.history = zeros(n, self.config.history, self.obs_width)
+        self.bias = zeros(n, self.obs_width)  # [N, D] per-episode observation offsets
+        self.frame = zeros(n, self.obs_width)  # [N, D] the current observation
         if self.critic_terms:
-            self.privileged_dim = sum(part.shape[1] for part in self._run_checked(self.critic_terms, signals, "critic"))
-        for section, terms in (("rewards", self.reward_terms), ("terminations", self.termination_terms)):
-            for term in terms:
-                value = _call(term, signals, section)
+            self.privileged_dim = sum(part.shape[1] for part in self._run_checked("critic", signals))
+        for section in ("rewards", "terminations"):
+            for entry, fn in self._bound[section]:
+                value = _call(entry, fn, signals, section)
                 if tuple(value.shape) != (n,):
-                    raise ValueError(f"task.{section}.{term.name} ({term.source}) returned shape "
-                                     f"{list(value.shape)}; a {term.kind} term returns [N] = [{n}]")  # fmt: skip
+                    raise ValueError(f"task.{section}.{entry.name} ({entry.source}) returned shape "
+                                     f"{list(value.shape)}; a {entry.kind} term returns [N] = [{n}]")  # fmt: skip
 
-    def _run_checked(self, terms: tuple[Term, ...], signals: Signals, section: str) -> list[torch.Tensor]:
+    def _run_checked(self, section: str, signals: Signals) -> list[torch.Tensor]:
         parts = []
-        for term in terms:
-            value = _call(term, signals, section)
+        for entry, fn in self._bound[section]:
+            value = _call(entry, fn, signals, section)
             if value.dim() != 2 or value.shape[0] != self.num_envs:
-                raise ValueError(f"task.{section}.{term.name} ({term.source}) returned shape {list(value.shape)}; "
+                raise ValueError(f"task.{section}.{entry.name} ({entry.source}) returned shape {list(value.shape)}; "
                                  f"an observation term returns [N, d] with N = {self.num_envs}")  # fmt: skip
             parts.append(value)
         return parts
 
-    def _parts(self, signals: Signals) -> list[torch.Tensor]:
-        return [term.fn(signals, **term.params) for term in self.observation_terms]
+    def _values(self, section: str, signals: Signals) -> list[tuple[Term, torch.Tensor]]:
+        return [(entry, fn(signals, **entry.params)) for entry, fn in self._bound[section]]
+
+    def _signals(self, state: dict[str, torch.Tensor]) -> Signals:
+        """This step's Signals: the one ``update_context`` made for the same state (its quantities computed once per
+        step), or a new one."""
+        signals = self._step_signals
+        return signals if signals is not None and signals.state is state else Signals(state, self.robot, self.context)
+
+    _step_signals: Signals | None = None
 
     # -- the Task protocol -----------------------------------------------------------------------------------------
     def observe(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The stacked history of observation frames [N, K * D] (the newest last)."""
-        return self.context.history.flatten(1).clone()
+        """The observation [N, D]: the terms of ``task.observations`` in order, scaled, noised, biased, clipped."""
+        return self.frame.clone()
 
     def tracked_position(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
         return state["qpos"].new_zeros(state["qpos"].shape[0], 0)
 
     def reward(self, state, action, position_before, dt):
         """sum_i weight_i * term_i * dt [N] (without dt: ``rewards_per_second: false``) and terminated [N]."""
-        signals = Signals(state, self.robot, self.context)
+        signals = self._signals(state)
         terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         log: dict[str, torch.Tensor] = {}
-        for term in self.termination_terms:
-            ended = term.fn(signals, **term.params)
+        for entry, ended in self._values("terminations", signals):
             terminated = terminated | ended
-            log[f"terminated/{term.name}"] = ended.to(self.dtype).mean()
+            log[f"terminated/{entry.name}"] = ended.to(self.dtype).mean()
         signals.terminated = terminated
         total = torch.zeros(self.num_envs, device=self.device, dtype=self.dtype)
         scale = self.dt if self.config.rewards_per_second else 1.0
-        for term in self.reward_terms:
-            value = term.weight * scale * term.fn(signals, **term.params)
+        for entry, value in self._values("rewards", signals):
+            value = entry.weight * scale * value
             total = total + value
-            log[f"reward/{term.name}"] = value.mean()
-        if self.command is not None and self.command.kind == "velocity":
+            log[f"reward/{entry.name}"] = value.mean()
+        if self.command is not None and "velocity" in self.command.provides:
             log["error/lin_vel_xy"] = (signals.command[:, :2] - signals.base_lin_vel[:, :2]).norm(dim=1).mean()
             log["error/ang_vel_z"] = (signals.command[:, 2] - signals.base_ang_vel[:, 2]).abs().mean()
         self._log = log
@@ -200,88 +199,110 @@ class TermTask:
         self.step_generator.manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
 
     def update_context(self, state: dict[str, torch.Tensor], action: torch.Tensor) -> None:
-        """The action of this step (clipped to the bounds), joint velocities a step ago, feet air time."""
+        """The action of this step (clipped to the bounds), then each stateful term's update (air time...)."""
         context = self.context
         context.previous_action = context.action
         context.action = torch.maximum(torch.minimum(action, self.action_high), self.action_low)
-        if self.robot.num_feet:
-            contact = Signals(state, self.robot, context).feet_contact
-            context.air_time = context.air_time + self.dt
-            landed = contact & ~context.in_contact
-            context.landed_air_time = context.air_time * landed
-            context.air_time = context.air_time * ~contact
-            context.in_contact = contact
-        context.command_timer = context.command_timer - 1
+        self._step_signals = signals = Signals(state, self.robot, context)
+        for stateful in self._stateful:
+            stateful.update(signals)
 
     def advance(self, state: dict[str, torch.Tensor]) -> None:
-        """New commands for rows whose interval ran out, then the new observation frame into the history."""
-        context = self.context
+        """New commands for rows whose interval ran out, then the new observation."""
         if self.command is not None:
-            rows = (context.command_timer <= 0).nonzero()[:, 0]
-            if rows.numel() > 0:
-                self._draw_commands(rows, self.step_generator)
-        context.previous_joint_vel = Signals(state, self.robot, context).joint_vel.clone()
-        frame = self._frame(Signals(state, self.robot, context))
-        if self.config.history == 1:
-            context.history[:, 0] = frame
-        else:
-            context.history = torch.cat([context.history[:, 1:], frame[:, None, :]], dim=1)
-
-    def _draw_commands(self, rows: torch.Tensor, generator: torch.Generator) -> None:
-        """Commands and their next resampling time for rows [M] (draws on the generator's device)."""
-        context, command = self.context, self.command
-        context.command[rows] = command.sample(rows.numel(), generator).to(self.device, self.dtype)
-        low, high = command.resample_s
-        seconds = low + (high - low) * torch.rand(rows.numel(), generator=generator, device=generator.device,
-                                                  dtype=torch.float64)  # fmt: skip
-        context.command_timer[rows] = torch.clamp(torch.round(seconds / self.dt), min=1).long().to(self.device)
+            self.command.advance(self.step_generator)
+        self.frame = self._frame(self._signals(state))
+        self._step_signals = None
 
     def _frame(self, signals: Signals) -> torch.Tensor:
-        """One observation frame [N, D]: terms scaled, with noise U(-noise, noise) and the episode's bias, clipped."""
-        frame = torch.cat(self._parts(signals), dim=1) * self._scale
+        """The observation [N, D]: terms scaled, with noise U(-noise, noise) and the episode's bias, clipped."""
+        frame = torch.cat([value for _, value in self._values("observations", signals)], dim=1) * self._scale
         if self._noisy:
             draw = torch.rand(frame.shape, generator=self.step_generator, device=self.device, dtype=frame.dtype)
             frame = frame + (2.0 * draw - 1.0) * self._noise
         if self._biased:
-            frame = frame + self.context.bias
+            frame = frame + self.bias
         return torch.maximum(torch.minimum(frame, self._clip), -self._clip)
 
     def reset_context(self, rows: torch.Tensor, state: dict[str, torch.Tensor], generator: torch.Generator) -> None:
-        """Fresh commands, zero actions and air time, new biases, a history filled with the first frame."""
+        """Zero actions, stateful terms reset, fresh commands and biases, the first observation of the new episodes."""
         context = self.context
-        for name in ("action", "previous_action", "air_time", "landed_air_time"):
-            getattr(context, name)[rows] = 0.0
+        context.action[rows] = 0.0
+        context.previous_action[rows] = 0.0
         signals = Signals(state, self.robot, context)
-        if self.robot.num_feet:  # feet standing at the reset have not just landed at the first step
-            context.in_contact[rows] = signals.feet_contact[rows]
-        context.previous_joint_vel[rows] = signals.joint_vel[rows]
+        for stateful in self._stateful:
+            stateful.reset(rows, signals)
         if self.command is not None:
-            self._draw_commands(rows, generator)
+            self.command.reset(rows, generator)
         if self._biased:
             draw = torch.rand(rows.numel(), self.obs_width, generator=generator, dtype=torch.float64)
-            context.bias[rows] = ((2.0 * draw - 1.0).to(self.device, self.dtype)) * self._bias
-        frame = self._frame(signals)[rows]
-        context.history[rows] = frame[:, None, :].expand(-1, self.config.history, -1)
+            self.bias[rows] = ((2.0 * draw - 1.0).to(self.device, self.dtype)) * self._bias
+        self.frame[rows] = self._frame(signals)[rows]
 
     def privileged(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
         signals = Signals(state, self.robot, self.context)
-        return torch.cat([term.fn(signals, **term.params) for term in self.critic_terms], dim=1)
+        return torch.cat([value for _, value in self._values("critic", signals)], dim=1)
 
     def log(self) -> dict[str, torch.Tensor]:
         return self._log
 
     def state_dict(self) -> dict:
-        return {"context": self.context.state_dict(), "step_generator": self.step_generator.get_state()}
+        """Everything a step depends on besides the simulator: an exact resume."""
+        context = self.context
+        terms = {f"{section}.{entry.name}": _tensors(fn) for section, bound in self._bound.items()
+                 for entry, fn in bound if entry.info.stateful}  # fmt: skip
+        return {
+            "context": {
+                "action": context.action.cpu().clone(),
+                "previous_action": context.previous_action.cpu().clone(),
+            },
+            "bias": self.bias.cpu().clone(),
+            "frame": self.frame.cpu().clone(),
+            "command": self.command.state_dict() if self.command is not None else None,
+            "terms": terms,
+            "step_generator": self.step_generator.get_state(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
-        self.context.load_state_dict(state["context"])
+        if "terms" not in state:
+            raise ValueError("this checkpoint's robot task state predates declared terms (robopt before the term "
+                             "declarations); start the run anew rather than resuming it")  # fmt: skip
+        context = self.context
+        context.action.copy_(state["context"]["action"])
+        context.previous_action.copy_(state["context"]["previous_action"])
+        self.bias.copy_(state["bias"])
+        self.frame.copy_(state["frame"])
+        if self.command is not None:
+            self.command.load_state_dict(state["command"])
+        for section, bound in self._bound.items():
+            for entry, fn in bound:
+                if entry.info.stateful:
+                    for name, value in state["terms"][f"{section}.{entry.name}"].items():
+                        setattr(fn, name, value.to(self.device))
         self.step_generator.set_state(state["step_generator"])
 
 
-def _call(term: Term, signals: Signals, section: str) -> torch.Tensor:
+def _instance(entry: Term, signals: Signals, section: str) -> Callable:
+    """What computes a term: its function, or a stateful term's object built on the first state (one line if the
+    constructor fails)."""
+    if not entry.info.stateful:
+        return entry.fn
+    try:
+        return entry.fn(signals)
+    except Exception as error:  # noqa: BLE001  (a user's stateful hook: one line)
+        raise ValueError(f"task.{section}.{entry.name} ({entry.source}) failed to start on the first state: "
+                         f"{type(error).__name__}: {error}") from None  # fmt: skip
+
+
+def _tensors(obj) -> dict[str, torch.Tensor]:
+    """A stateful term's state: its tensor attributes, on the CPU."""
+    return {name: value.detach().cpu().clone() for name, value in vars(obj).items() if isinstance(value, torch.Tensor)}
+
+
+def _call(term: Term, fn: Callable, signals: Signals, section: str) -> torch.Tensor:
     """A term's value on a first state; what it raises, or a non-tensor, is a one-line ValueError."""
     try:
-        value = term.fn(signals, **term.params)
+        value = fn(signals, **term.params)
     except Exception as error:  # noqa: BLE001  (a user's hook or a bad parameter value: one line)
         raise ValueError(f"task.{section}.{term.name} ({term.source}) failed on the first state: "
                          f"{type(error).__name__}: {error}") from None  # fmt: skip
