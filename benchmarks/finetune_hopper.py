@@ -167,7 +167,7 @@ def main() -> int:
 def evaluate_runs(run_dirs: list[Path], episodes: int, overrides: tuple[str, ...] = (), seed_base: int = 10_000) -> int:
     """The table's evaluation (``episodes`` fresh episodes per mode, env seed ``seed_base`` + the run's seed) of each
     run, its config changed by ``overrides`` first."""
-    from robopt.build import LAST_CHECKPOINT
+    from robopt.checkpoint import LAST_CHECKPOINT
     from robopt.config import ConfigError
     from robopt.experiment import load_config
 

@@ -123,7 +123,7 @@ def timed(function) -> float:
 
 def costs(args, config, probe, episodes: list[dict]) -> dict[str, list[float]]:
     """(b): microseconds per transition written (three ways) and per batch drawn (two), one list per repeat."""
-    from robopt.algorithms.offpolicy_toolkit import build_replay
+    from robopt.algorithms.offpolicy import build_replay
 
     total, B = sum(e["obs"].shape[0] for e in episodes), args.batch_size
     schedule = dataclasses.replace(config.algo.loop, buffer_size=max(total, B))

@@ -39,10 +39,11 @@ from pathlib import Path
 import torch
 
 from robopt.algorithms import ALGORITHMS
+from robopt.algorithms.kinds import build_critic
 from robopt.algorithms.onpolicy import OnPolicyLoop
 from robopt.algorithms.ppo import ppo_loss
 from robopt.buffers.rollout import RolloutBatch
-from robopt.build import build_critic, build_env, build_policy, seed_everything
+from robopt.build import build_env, build_policy, seed_everything
 from robopt.config import config_to_dict
 from robopt.experiment import load_config
 

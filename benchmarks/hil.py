@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=None, help="deploy config (safety limits); default: defaults")
     args = parser.parse_args()
     from robopt.sim2real.export import export_run
-    from robopt.sim2real.runtime import load_export
+    from robopt.sim2real.model import load_export
 
     with tempfile.TemporaryDirectory() as root:
         report = export_run(args.run_dir, Path(root) / "export", formats=("onnx",))

@@ -105,8 +105,7 @@ def evaluate(run_dir: Path, episodes: int, seed: int) -> dict:
 
 def train_segment(config, run_dir: Path | None, stop_at: int) -> tuple[Path, int, float]:
     """Train (or continue ``run_dir``) up to iteration ``stop_at``: (run dir, env steps, loop wall seconds so far)."""
-    from robopt.build import LAST_CHECKPOINT
-    from robopt.checkpoint import load_checkpoint
+    from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
     from robopt.runner import train
 
     with contextlib.redirect_stdout(io.StringIO()):  # train's "robopt: training ..." line, once per segment

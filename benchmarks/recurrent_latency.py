@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from flow_latency import time_runners  # benchmarks/ is the script's directory, so its sibling imports
+from robopt.policies.memory import RecurrentConfig
 
 from robopt.policies.gaussian import GaussianPolicyConfig
-from robopt.policies.memory import RecurrentConfig
 from robopt.policies.recurrent import RecurrentGaussianPolicy
 from robopt.sim2real.export import export_onnx
 from robopt.sim2real.export_state import export_onnx_stateful

@@ -14,13 +14,11 @@ import numpy as np
 import torch
 
 from robopt.algorithms import ALGORITHMS
-from robopt.algorithms.kinds import build_critic, privileged_dim  # noqa: F401  (re-exported: the builder's parts)
-from robopt.checkpoint import LAST_CHECKPOINT  # noqa: F401  (re-exported: callers import it from here)
 from robopt.config import ConfigError, Experiment, config_to_dict, sections_of
 from robopt.distributed.collective import LOCAL, RANK_SEED_STRIDE, Collective, rank_config
 from robopt.envs import make_env
 from robopt.policies import POLICIES
-from robopt.policies.recurrent import check_sequence_length
+from robopt.policies.recurrent import check_sequence_length, policy_memory
 from robopt.warm_start import initialize_critics, initialize_policy
 
 
@@ -264,19 +262,17 @@ def check_algorithm_config(config: Experiment, kind: str, initialize: bool) -> N
         )
 
 
-RECURRENT_ALGORITHMS = ("ppo", "trpo")  # on-policy updates that replay a recurrent policy's sequences
-
-
 def check_recurrent(config: Experiment) -> None:
     """``policy.recurrent`` with an algorithm that cannot replay sequences: one line saying which can."""
-    memory = getattr(config.policy, "recurrent", None)
-    if memory is None or not memory.enabled:
+    memory = policy_memory(config.policy)
+    if memory is None:
         return
     algo_name = algorithm_name(config)
-    if algo_name not in RECURRENT_ALGORITHMS:
+    if not ALGORITHMS[algo_name].sequences:
+        able = ", ".join(name for name, spec in ALGORITHMS.items() if spec.sequences)
         raise ConfigError(
             f"policy.recurrent.type={memory.type} needs an algorithm that trains on sequences with the policy's "
-            f"state ({', '.join(RECURRENT_ALGORITHMS)}); algo.name={algo_name} cannot use it: set "
+            f"state ({able}); algo.name={algo_name} cannot use it: set "
             "policy.recurrent.type=none (or policy.history=K for memory as a window of past steps)"
         )
     check_sequence_length(memory.sequence_length, config.rollout.num_steps)

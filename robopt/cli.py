@@ -152,7 +152,6 @@ def evaluate(
     """Mean and std of the deterministic policy's return over N episodes (language runs: held-out accuracy)."""
     if video is not None and sys.platform.startswith("linux"):  # headless OpenGL; read when mujoco is first imported
         os.environ.setdefault("MUJOCO_GL", "egl")
-    import robopt.experiment  # noqa: F401  (the composition root: the run's config sections)
     from robopt.evaluation import evaluate_run, record_video
 
     try:

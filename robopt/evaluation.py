@@ -13,7 +13,6 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-import robopt.experiment  # noqa: F401  (the composition root: a script that loads a run needs its sections)
 from robopt.build import (
     LAST_CHECKPOINT,
     available_device,
@@ -24,8 +23,8 @@ from robopt.build import (
 )
 from robopt.checkpoint import load_checkpoint
 from robopt.config import ConfigError
-from robopt.experiment import ExperimentConfig, load_run_config
 from robopt.envs.render import DEFAULT_HEIGHT, DEFAULT_WIDTH, NativeRowRenderer, gymnasium_camera_kwargs
+from robopt.experiment import ExperimentConfig, load_run_config
 from robopt.options import WARP_ONLY_OPTIONS
 from robopt.policies.recurrent import PolicyActor
 
@@ -179,7 +178,7 @@ def record_video(
         raise ConfigError(f"video needs a MuJoCo task; {config.env.id} is a torch-native task without a renderer")
     config = video_config(config)
     _, policy = load_policy(run_dir, config)
-    policy = PolicyActor(policy, 1) if getattr(policy, "recurrent", False) else policy  # one episode, one state
+    policy = PolicyActor(policy, 1)  # one episode, one state (a memoryless policy acts straight through)
     horizon = getattr(config.policy, "horizon", 1)  # actions per decision (build_env chunks the env when > 1)
     if config.env.backend == "gymnasium":
         env = _make_gymnasium_render_env(config, width, height)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import yaml
 
-from robopt.build import LAST_CHECKPOINT, build_env, build_loop, evaluation_env_options, resolve_torch_threads
-from robopt.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from robopt.build import build_env, build_loop, evaluation_env_options, resolve_torch_threads
+from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from robopt.config import ConfigError, config_to_dict
-from robopt.experiment import ExperimentConfig
 from robopt.distributed.collective import LOCAL, Collective, join_from_environment
 from robopt.evaluation import PeriodicEvaluation, evaluate_policy
+from robopt.experiment import ExperimentConfig
 from robopt.logging import RunLogger
 
 

@@ -41,7 +41,6 @@ MODULES = [
     "robopt/sim2real/ros2.py",
     "robopt/sim2real/ros_fields.py",
     "robopt/sim2real/ros_map.py",
-    "robopt/sim2real/ros_map_parts.py",
     "robopt/sim2real/ros_messages.py",
     "robopt/sim2real/runtime.py",
     "robopt/sim2real/safety.py",

@@ -25,8 +25,8 @@ from robopt.algorithms.trpo import TRPO, TRPOConfig
 __all__ = ["ALGORITHMS", "ALGO_CONFIGS", "AlgorithmSpec", "RolloutConfig"]
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
-    "ppo": AlgorithmSpec(PPOConfig, on_policy(PPO), "on_policy", "PPO with a ratio-controlled surrogate"),
-    "trpo": AlgorithmSpec(TRPOConfig, on_policy(TRPO), "on_policy", "TRPO: natural gradient under a KL bound"),
+    "ppo": AlgorithmSpec(PPOConfig, on_policy(PPO), "on_policy", "PPO with a ratio-controlled surrogate", True),
+    "trpo": AlgorithmSpec(TRPOConfig, on_policy(TRPO), "on_policy", "TRPO: natural gradient under a KL bound", True),
     "fpo": AlgorithmSpec(FPOConfig, on_policy(build_fpo), "on_policy", "FPO: PPO with a flow policy's CFM ratio"),
     "dppo": AlgorithmSpec(DPPOConfig, on_policy(DPPO), "on_policy", "DPPO: PPO over a diffusion chain's steps"),
     "bc": AlgorithmSpec(BCConfig, own_loop(BehaviorCloningLoop), "pretrain", "behaviour cloning from a dataset"),

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule
-from robopt.algorithms.offpolicy_parts import NamedState, check_rates
-from robopt.algorithms.offpolicy_toolkit import build_replay, frozen, optimizer_step, q_critics
+from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule, build_replay
+from robopt.algorithms.offpolicy_updates import NamedState, check_rates, frozen, optimizer_step, q_critics
 from robopt.core.q_losses import aggregate_q, polyak_update, q_regression_loss
 from robopt.options import ConfigError, option
 from robopt.policies.flow import integrate

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule
-from robopt.algorithms.offpolicy_parts import NamedState, check_rates
-from robopt.algorithms.offpolicy_toolkit import build_replay, optimizer_step, q_critics
+from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule, build_replay
+from robopt.algorithms.offpolicy_updates import NamedState, check_rates, optimizer_step, q_critics
 from robopt.core.protocols import SupportsImitation, require
 from robopt.core.q_losses import advantage_weights, expectile_loss, polyak_update, q_regression_loss
 from robopt.options import option

@@ -18,7 +18,7 @@ from robopt.algorithms.onpolicy import OnPolicyLoop
 from robopt.distributed.collective import LOCAL, Collective
 from robopt.options import ConfigError
 from robopt.policies.critics import ValueCritic
-from robopt.policies.recurrent import RecurrentValueCritic
+from robopt.policies.recurrent import RecurrentValueCritic, policy_memory
 
 __all__ = ["AlgorithmSpec", "build_critic", "on_policy", "own_loop", "privileged_dim"]
 
@@ -26,12 +26,14 @@ __all__ = ["AlgorithmSpec", "build_critic", "on_policy", "own_loop", "privileged
 @dataclass(frozen=True)
 class AlgorithmSpec:
     """An algorithm the runner can build: its config dataclass, ``build(config, env, policy, seed, collective) ->
-    loop``, its ``kind`` (``on_policy``, ``off_policy``, ``pretrain``) and a one-line summary."""
+    loop``, its ``kind`` (``on_policy``, ``off_policy``, ``pretrain``), a one-line summary, and whether its update
+    replays a recurrent policy's sequences (``sequences``: it takes a policy with memory)."""
 
     config_cls: type
     build: Callable
     kind: str
     summary: str
+    sequences: bool = False
 
 
 def on_policy(make: Callable) -> Callable:
@@ -68,8 +70,8 @@ def build_critic(config, env) -> torch.nn.Module:
     ``policy.recurrent`` a recurrent critic of the same cell."""
     c = config.critic
     input_dim = env.obs_dim + (privileged_dim(config, env) if c.privileged else 0)
-    memory = getattr(config.policy, "recurrent", None)
-    if memory is not None and memory.enabled:  # its own torso of the actor's kind (rsl_rl's and SB3-contrib's)
+    memory = policy_memory(config.policy)
+    if memory is not None:  # its own torso of the actor's kind (rsl_rl's and SB3-contrib's)
         critic = RecurrentValueCritic(
             input_dim, memory, c.hidden, c.activation, normalize_obs=config.policy.normalize_obs,
             orthogonal_init=config.policy.orthogonal_init,

@@ -8,8 +8,9 @@ many whole phases as make ``iteration_steps`` env steps. Algorithms (SAC; TD3 an
 ``update(batch, progress) -> metrics`` (with ``td_error`` [B] when priorities are used), ``state_dict`` and
 ``load_state_dict``. The runner drives it like the on-policy loop (checkpoints, progress, NaN handling).
 
-The parts the algorithms build around it (replay factory, Q critics, the optimizer step, ``frozen``) are in
-``robopt.algorithms.offpolicy_toolkit``; SAC's and TD3's update orders in ``robopt.algorithms.offpolicy_updates``.
+The replay buffer a schedule describes (size, sampler, n-step or hindsight transforms: ``build_replay``) is made
+here; what the algorithms' updates are made of (Q critics, the optimizer step, ``frozen``) and SAC's and TD3's update
+orders are in ``robopt.algorithms.offpolicy_updates``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from robopt.core.errors import NonFiniteError
 from robopt.distributed.collective import LOCAL, Collective
 from robopt.envs.episode_stats import EnvLog
 from robopt.options import ConfigError, option
+
+__all__ = ["OffPolicyLoop", "OffPolicySchedule", "build_replay", "check_replay_policy", "replay_transforms"]
 
 
 @dataclass(frozen=True)
@@ -301,3 +304,59 @@ class OffPolicyLoop:
         if state.get("env") is not None and hasattr(self.env, "load_state_dict"):
             self.env.load_state_dict(state["env"])
             self.obs = state["obs"].to(self.env.device)
+
+
+def build_replay(schedule, gamma: float, env) -> ReplayBuffer:
+    """The replay buffer ``schedule`` describes (size, sampler, n-step or hindsight) for discount ``gamma``.
+
+    The loop feeds the policy's observation normalizer (when enabled) every observation it collects; the
+    replay keeps raw observations, normalized by the networks with the current statistics when sampled.
+    """
+    from robopt.buffers.replay import ReplayStorage
+    from robopt.buffers.samplers import PrioritizedSampler, UniformSampler
+
+    per_env = max(1, -(-schedule.buffer_size // env.num_envs))
+    storage = ReplayStorage(per_env, env.num_envs, env.obs_dim, env.action_dim, device=env.device)
+    if schedule.sampler == "prioritized":
+        sampler = PrioritizedSampler(
+            storage.capacity, schedule.priority_alpha, schedule.priority_beta, device=env.device
+        )
+    else:
+        sampler = UniformSampler(storage.capacity, device=env.device)
+    transforms = replay_transforms(schedule, gamma, env)
+    return ReplayBuffer(storage, sampler, transforms, gamma=gamma, batch_size=schedule.batch_size)
+
+
+def check_replay_policy(policy) -> None:
+    """Refuse a ``policy`` whose observation normalizer is enabled where no loop feeds it (the fleet's learner)."""
+    if policy is not None and policy.normalizer.enabled:
+        raise ConfigError(
+            "policy.normalize_obs=true is not supported by the fleet yet (its learner does not update the "
+            "normalizer); set policy.normalize_obs=false"
+        )
+
+
+def replay_transforms(schedule, gamma: float, env) -> tuple:
+    """The sample-time transforms ``schedule`` asks for: hindsight relabelling, n-step returns, or none."""
+    from robopt.buffers.transforms import NStep
+
+    if schedule.her_strategy != "none":
+        return (hindsight_transform(schedule, env),)
+    return (NStep(schedule.n_step, gamma),) if schedule.n_step > 1 else ()
+
+
+def hindsight_transform(schedule, env):
+    """HER over the env's goal slices and vectorized ``compute_reward``, checked once on the reset observation."""
+    from robopt.buffers.transforms import Hindsight
+
+    if not hasattr(env, "compute_reward"):
+        raise ConfigError(
+            f"algo.loop.her_strategy={schedule.her_strategy} needs a goal-conditioned env (achieved and desired goals, "
+            f"compute_reward), such as mujoco/GripperReach or mujoco/GripperPush; {env.env_id} has no goals"
+        )
+    obs = env.reset()  # [N, D]: the loop resets again with its seed
+    reward = env.compute_reward(achieved_goal=obs[:, env.achieved_goal], desired_goal=obs[:, env.desired_goal])
+    if not isinstance(reward, torch.Tensor) or tuple(reward.shape) != (env.num_envs,):
+        shape = list(reward.shape) if isinstance(reward, torch.Tensor) else type(reward).__name__
+        raise ConfigError(f"{env.env_id}: compute_reward must return one reward per row, [{env.num_envs}]; got {shape}")
+    return Hindsight(env.compute_reward, env.achieved_goal, env.desired_goal, schedule.her_strategy, schedule.her_k)

@@ -1,4 +1,9 @@
-"""The update orders of SAC and TD3, each written once and run two ways (DESIGN.md section 9).
+"""What the off-policy updates are made of, and the update orders of SAC and TD3, each written once and run two ways
+(DESIGN.md section 9).
+
+The parts every off-policy algorithm shares: ``q_critics`` (online critics and their target copy), ``optimizer_step``
+(gradients averaged over the ranks of a data-parallel run), ``frozen`` (a module that takes no gradient inside),
+``check_rates`` (its config's learning rate, tau and gamma) and ``NamedState`` (state by named parts).
 
 Shapes: B batch, C critics, A action dim. ``sac_update`` and ``td3_update`` are the order of one update (targets,
 critic step, actor step, temperature step, Polyak averaging) over ``parts``: what evaluates the networks and steps
@@ -13,11 +18,13 @@ caller, outside the update, from the global torch RNG, and passed in.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import copy
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import torch
 
-from robopt.algorithms.offpolicy_toolkit import frozen, optimizer_step
 from robopt.core.q_losses import (
     deterministic_actor_loss,
     polyak_update,
@@ -28,7 +35,74 @@ from robopt.core.q_losses import (
     temperature_loss,
 )
 
-__all__ = ["EagerParts", "sac_update", "td3_update"]
+__all__ = [
+    "EagerParts", "NamedState", "check_rates", "frozen", "optimizer_step", "q_critics", "sac_update", "td3_update",
+]  # fmt: skip
+
+
+def check_rates(config) -> None:
+    """ValueError unless ``config.learning_rate > 0``, ``tau`` in (0, 1] and ``gamma`` in [0, 1] (every off-policy
+    algorithm's config checks these first)."""
+    if config.learning_rate <= 0.0 or not 0.0 < config.tau <= 1.0 or not 0.0 <= config.gamma <= 1.0:
+        raise ValueError(
+            f"need learning_rate > 0, tau in (0, 1], gamma in [0, 1]; got {config.learning_rate}, {config.tau}, "
+            f"{config.gamma}"
+        )
+
+
+class NamedState(Protocol):
+    """``state_dict``/``load_state_dict`` of an algorithm as the state of its parts named in ``STATE_PARTS``
+    (modules and optimizers)."""
+
+    STATE_PARTS: tuple[str, ...] = ()
+
+    def state_dict(self) -> dict:
+        return {name: getattr(self, name).state_dict() for name in self.STATE_PARTS}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in self.STATE_PARTS:
+            getattr(self, name).load_state_dict(state[name])
+
+
+def q_critics(policy, env, hidden, activation: str, num_critics: int, layer_norm: bool = False):
+    """Online state-action critics and their gradient-free target copy; both read the policy's obs normalizer."""
+    from robopt.policies.critics import QCritic
+
+    enabled = policy.normalizer.enabled
+    critic = QCritic(env.obs_dim, env.action_dim, hidden, activation, num_critics, enabled, layer_norm=layer_norm)
+    critic = critic.to(env.device)
+    critic.normalizer = policy.normalizer  # one observation normalizer for actor and critics (buffers only)
+    target = copy.deepcopy(critic).requires_grad_(False)
+    target.normalizer = policy.normalizer
+    return critic, target
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, collective=None) -> None:
+    """Backward and step; with a data-parallel ``collective`` the gradients are averaged over ranks first (one
+    all_reduce of their concatenation)."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if collective is not None:
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        flat = collective.average_(torch.cat([grad.reshape(-1) for grad in grads]))
+        offset = 0
+        for grad in grads:
+            grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
+    optimizer.step()
+
+
+@contextlib.contextmanager
+def frozen(module: torch.nn.Module) -> Iterator[None]:
+    """The module's parameters take no gradient inside (an actor step through the critics)."""
+    parameters = list(module.parameters())
+    for p in parameters:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in parameters:
+            p.requires_grad_(True)
 
 
 def critic_objective(batch: dict[str, torch.Tensor], y: torch.Tensor, scale: float) -> Callable:

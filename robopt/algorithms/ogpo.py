@@ -31,9 +31,8 @@ from dataclasses import dataclass
 import torch
 
 from robopt.algorithms.dppo import DPPORatioControl, clip_schedule, denoising_weights
-from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule
-from robopt.algorithms.offpolicy_parts import NamedState, check_rates
-from robopt.algorithms.offpolicy_toolkit import build_replay, optimizer_step, q_critics
+from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule, build_replay
+from robopt.algorithms.offpolicy_updates import NamedState, check_rates, optimizer_step, q_critics
 from robopt.algorithms.success_buffer import SuccessBuffer
 from robopt.core.q_losses import aggregate_q, polyak_update, q_regression_loss, sampled_advantage
 from robopt.core.surrogates import surrogate

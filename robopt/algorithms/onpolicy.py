@@ -30,7 +30,7 @@ from robopt.buffers.rollout import RolloutBatch, RolloutStorage
 from robopt.core.advantages import bootstrap_value, gae, normalize_advantage
 from robopt.core.errors import NonFiniteError
 from robopt.core.normalization import RewardScaler
-from robopt.core.protocols import Policy, VecEnv
+from robopt.core.protocols import Policy, VecEnv, memory_width
 from robopt.core.shapes import check_shape
 from robopt.distributed.collective import LOCAL, Collective
 from robopt.envs.episode_stats import EnvLog
@@ -126,7 +126,7 @@ class OnPolicyLoop:
         )
         self.reward_scaler = RewardScaler(env.num_envs, rollout.gamma).to(env.device)
         self.actor = PolicyActor(policy, env.num_envs)  # a recurrent policy's state; memoryless: act straight through
-        self.critic_state = critic.initial_state(env.num_envs) if getattr(critic, "recurrent", False) else None
+        self.critic_state = critic.initial_state(env.num_envs) if memory_width(critic) > 0 else None
         if self.actor.recurrent:
             self._check_recurrent(rollout, critic_warmup)
         self.obs = env.reset(seed=seed)  # [N, D]

@@ -18,7 +18,7 @@ from robopt.buffers.rollout import RolloutBatch, critic_value
 from robopt.core.advantages import normalize_advantage
 from robopt.core.compiled import CompiledFirstOrderStep, compile_unavailable_reason
 from robopt.core.losses import explained_variance, value_error
-from robopt.core.protocols import SupportsEntropy, SupportsKL, require
+from robopt.core.protocols import SupportsEntropy, SupportsKL, memory_width, require
 from robopt.core.ratio_control import RatioControl
 from robopt.core.schedules import SCHEDULES, make_schedule
 from robopt.core.surrogates import REDUCTIONS, ratio_metrics, surrogate
@@ -197,7 +197,7 @@ class PPO:
         self.control = config.ratio  # adapted between updates (kl_penalty_adaptive); saved in state_dict
         self.compiled_step = None
         self.collective = LOCAL
-        if config.compile and getattr(policy, "recurrent", False):
+        if config.compile and memory_width(policy) > 0:
             raise ConfigError("algo.compile=true does not support a recurrent policy (its sequence loop); set "
                               "algo.compile=false")  # fmt: skip
         if config.compile:

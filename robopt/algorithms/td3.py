@@ -13,11 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule
+from robopt.algorithms.offpolicy import OffPolicyLoop, OffPolicySchedule, build_replay
 from robopt.algorithms.offpolicy_compiled import CompiledTD3Update
-from robopt.algorithms.offpolicy_parts import NamedState, check_rates
-from robopt.algorithms.offpolicy_toolkit import build_replay, q_critics
-from robopt.algorithms.offpolicy_updates import EagerParts, td3_update
+from robopt.algorithms.offpolicy_updates import EagerParts, NamedState, check_rates, q_critics, td3_update
 from robopt.options import ConfigError, option
 
 

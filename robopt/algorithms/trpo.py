@@ -25,7 +25,7 @@ import torch
 
 from robopt.buffers.rollout import RolloutBatch, critic_value
 from robopt.core.losses import explained_variance, value_loss
-from robopt.core.protocols import SupportsEntropy, SupportsKL, require
+from robopt.core.protocols import SupportsEntropy, SupportsKL, memory_width, require
 from robopt.core.ratio_control import RATIO_CONTROLS, RatioControl
 from robopt.core.schedules import SCHEDULES, make_schedule
 from robopt.core.surrogates import masked_mean, surrogate
@@ -109,7 +109,7 @@ class TRPO:
         if config.entropy_coef > 0.0:
             require(policy, SupportsEntropy, "EnTRPO (entropy_coef > 0)", "the advantage gets H(pi(.|s))")
         self.config, self.policy, self.critic = config, policy, critic
-        if getattr(policy, "recurrent", False):
+        if memory_width(policy) > 0:
             self._check_recurrent(policy, config)
         self.ratio: RatioControl = config.ratio
         self.actor_updater = TrustRegionUpdater(policy.parameters(), config.trust_region())

@@ -20,6 +20,7 @@ import torch
 
 from robopt.build import available_device, build_env
 from robopt.config import config_to_dict
+from robopt.core.protocols import memory_width
 from robopt.data.dataset_writer import check_can_write, write_dataset
 from robopt.data.demonstrations import normalize_dataset_id, require_minari
 from robopt.data.recording import record_episodes
@@ -97,7 +98,7 @@ def _from_run(run_dir: Path, num_envs: int) -> tuple[object, Callable, dict, int
     config = load_run_config(run_dir)
     config = dataclasses.replace(config, device=str(available_device(config.device)))  # a GPU run, collected on CPU
     config, policy = load_policy(run_dir, config)
-    if getattr(policy, "recurrent", False):
+    if memory_width(policy) > 0:
         raise ConfigError(
             f"{str(run_dir)!r} has a recurrent policy (policy.recurrent.type={config.policy.recurrent.type}); robopt "
             "collect records memoryless policies (a dataset row holds no state): collect a memoryless or "

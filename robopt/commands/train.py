@@ -90,7 +90,7 @@ def launch_ranks(nproc: int, args: list[str]) -> None:
 def load_experiment(config, overrides, resume):
     """The config of ``train``/``pretrain``: CONFIG with overrides, or the run to resume (with overrides). Bad
     input is one line (``_fail``) or a ConfigError."""
-    from robopt.build import LAST_CHECKPOINT
+    from robopt.checkpoint import LAST_CHECKPOINT
     from robopt.config import apply_overrides, build_dataclass, config_to_dict
     from robopt.experiment import ExperimentConfig, load_config, load_run_config
 

@@ -50,10 +50,23 @@ class VecEnv(Protocol):
 
 @runtime_checkable
 class Policy(Protocol):
-    """What the on-policy loop needs from any policy (Gaussian, diffusion, flow, language)."""
+    """What the on-policy loop needs from any policy (Gaussian, recurrent Gaussian, diffusion, flow, language).
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Returns action [N, A] and the per-row info this policy needs later for ``log_ratio``."""
+    Memory is state the policy owns (DESIGN.md section 9): ``initial_state(n)`` is the state of n rows at an
+    episode's start, [n, M]; ``step`` acts from a state and returns the next one. A memoryless policy has M = 0 and
+    passes the empty state through (``Memoryless``); ``memory_width`` tells the two apart, once, where a loop or an
+    export is built.
+    """
+
+    def initial_state(self, n: int) -> torch.Tensor:
+        """The state [n, M] of n rows at an episode's start (M = 0 without memory)."""
+        ...
+
+    def step(
+        self, obs: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor, deterministic: bool = False
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """Act on obs [N, D] from ``state`` [N, M], zeroed first where ``episode_start`` [N] is set: action [N, A],
+        the per-row info this policy needs later for ``log_ratio``, and the next state [N, M]."""
         ...
 
     def log_ratio(self, obs: torch.Tensor, action: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -63,6 +76,35 @@ class Policy(Protocol):
     def export_module(self) -> nn.Module:
         """Stateless deterministic module ``obs [B, D] -> action [B, A]`` with normalization folded in."""
         ...
+
+
+class Memoryless(Protocol):
+    """A policy without memory: its ``act(obs, deterministic) -> action, info`` is its step, and its state is empty.
+
+    Subclassed explicitly (``class GaussianPolicy(nn.Module, Memoryless)``), it gives ``initial_state`` and ``step``
+    of the ``Policy`` protocol from ``act``."""
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Returns action [N, A] and the per-row info this policy needs later for ``log_ratio``."""
+        ...
+
+    def initial_state(self, n: int) -> torch.Tensor:
+        """An empty state [n, 0] on the policy's device."""
+        device = next(iter(self.parameters()), torch.empty(0)).device  # an nn.Module's
+        return torch.zeros(n, 0, device=device)
+
+    def step(
+        self, obs: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor, deterministic: bool = False
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """``act``, with the empty state passed through."""
+        action, info = self.act(obs, deterministic)
+        return action, info, state
+
+
+def memory_width(module: Any) -> int:
+    """M of a policy's (or a critic's) state: 0 for one without memory (no ``initial_state``, or an empty one)."""
+    initial_state = getattr(module, "initial_state", None)
+    return 0 if initial_state is None else int(initial_state(0).shape[-1])
 
 
 @runtime_checkable

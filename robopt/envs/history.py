@@ -38,7 +38,19 @@ from robopt.envs.observe import declared_obs_bounds
 from robopt.envs.wrapper import WrappedEnv
 from robopt.options import ConfigError
 
-__all__ = ["HistoryEnv", "LAYOUT", "history_frames"]
+__all__ = ["HISTORY_DOC", "HistoryEnv", "LAYOUT", "check_history", "history_frames"]
+
+HISTORY_DOC = (
+    "observation history K: the policy sees the observations and previous actions of the last K control steps "
+    "(robopt.envs.history; 1: off)"
+)
+
+
+def check_history(history: int) -> None:
+    """ValueError unless ``policy.history`` is an integer >= 1 (shared by the Gaussian, flow and diffusion configs)."""
+    if isinstance(history, bool) or not isinstance(history, int) or history < 1:
+        raise ValueError(f"history must be an integer >= 1 (control steps the policy sees; 1: off), got {history!r}")
+
 
 LAYOUT = "frames oldest first: [obs, previous action]"  # the sidecar's history["layout"]
 _PASS_THROUGH = ("privileged_obs", "privileged_dim", "render", "dt", "max_episode_steps")

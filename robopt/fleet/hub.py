@@ -249,7 +249,7 @@ def hub_from_schedule(
     """The hub for an ``OffPolicySchedule`` (``algo.loop``): capacity ``buffer_size``, its ``batch_size`` and the
     transforms ``build_replay`` would use (n-step or hindsight over ``env``'s goals); ``env`` gives the dims and,
     for HER, ``compute_reward`` (a num_envs=1 env of the robots' task will do). ``device`` defaults to env's."""
-    from robopt.algorithms.offpolicy_toolkit import check_replay_policy, replay_transforms
+    from robopt.algorithms.offpolicy import check_replay_policy, replay_transforms
     from robopt.options import ConfigError
 
     check_replay_policy(policy)

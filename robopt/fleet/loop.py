@@ -246,7 +246,7 @@ class FleetLoop:
 
     def _clone_retrieved(self, progress: float, metrics: dict) -> None:
         """FERT: one cloning step of the actor on retrieved successful pairs (none while nothing is retrieved)."""
-        from robopt.algorithms.offpolicy_toolkit import optimizer_step
+        from robopt.algorithms.offpolicy_updates import optimizer_step
 
         loss = self.fert.loss(self.policy, self.schedule.batch_size, self.generator, q=self._q_min)
         if loss is None:

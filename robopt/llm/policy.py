@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from robopt.core.protocols import Memoryless
 from robopt.llm.models import ARCHITECTURES, pretrained_model, tiny_model, wrap_lora
 from robopt.llm.tokens import (
     EOS,
@@ -119,7 +120,7 @@ class NoNormalizer(nn.Module):
         return x
 
 
-class LanguagePolicy(nn.Module):
+class LanguagePolicy(nn.Module, Memoryless):
     """A causal LM acting on byte prompts ``obs [B, P]`` with completions ``action [B, T]`` and per-token ratios."""
 
     def __init__(self, config: LanguagePolicyConfig | None = None, prompt_width: int | None = None) -> None:

@@ -1,5 +1,5 @@
-"""Memory: the policies' ``history`` option and ``recurrent`` config, and the recurrent torsos (stacked GRU and LSTM
-cells over one step or a sequence with episode-start resets).
+"""The recurrent cells: stacked GRU and LSTM layers over one step or a sequence with episode-start resets
+(``RecurrentTorso``), and ``policy.recurrent``'s config, which picks them.
 
 Shapes: N rows, S sequences, L steps per sequence, H hidden size, G gates (GRU 3, LSTM 4), M the flat state width
 (GRU: layers * H; LSTM: 2 * layers * H, each layer's h then c).
@@ -19,18 +19,6 @@ import torch
 from torch import nn
 
 from robopt.options import option
-
-HISTORY_DOC = (
-    "observation history K: the policy sees the observations and previous actions of the last K control steps "
-    "(robopt.envs.history; 1: off)"
-)
-
-
-def check_history(history: int) -> None:
-    """ValueError unless ``policy.history`` is an integer >= 1 (shared by the Gaussian, flow and diffusion configs)."""
-    if isinstance(history, bool) or not isinstance(history, int) or history < 1:
-        raise ValueError(f"history must be an integer >= 1 (control steps the policy sees; 1: off), got {history!r}")
-
 
 CELLS = ("none", "gru", "lstm")
 GATES = {"gru": 3, "lstm": 4}

@@ -34,9 +34,10 @@ import torch
 from torch import nn
 
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
+from robopt.core.protocols import Memoryless
+from robopt.envs.history import HISTORY_DOC, check_history
 from robopt.options import option
 from robopt.policies import diffusion_schedule as schedule
-from robopt.policies.memory import HISTORY_DOC, check_history
 from robopt.policies.networks import MLP, register_action_bounds
 
 NETWORKS = ("mlp", "unet")
@@ -134,7 +135,7 @@ class NoisePredictor(nn.Module):
         return self.net.forward(torch.cat((obs_norm, x, embedding), dim=-1))
 
 
-class DiffusionPolicy(nn.Module):
+class DiffusionPolicy(nn.Module, Memoryless):
     """A DDPM actor over a (bounded) action chunk with DPPO's per-denoising-step log-ratio (see module docstring)."""
 
     def __init__(

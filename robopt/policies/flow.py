@@ -26,9 +26,10 @@ import torch
 from torch import nn
 
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
+from robopt.core.protocols import Memoryless
+from robopt.envs.history import HISTORY_DOC, check_history
 from robopt.options import option
 from robopt.policies.flow_field import VelocityField, integrate, time_embedding
-from robopt.policies.memory import HISTORY_DOC, check_history
 from robopt.policies.networks import MLP, register_action_bounds
 
 __all__ = ["ExportedFlowPolicy", "FlowPolicy", "FlowPolicyConfig", "VelocityField", "build_flow_policy", "integrate"]
@@ -109,7 +110,7 @@ class FlowPolicyConfig:
             raise ValueError(f"noise_std must be >= 0 and output_scale > 0, got {self.noise_std}, {self.output_scale}")
 
 
-class FlowPolicy(nn.Module):
+class FlowPolicy(nn.Module, Memoryless):
     """A flow-matching actor over a (bounded) action space, with FPO's per-draw log-ratio."""
 
     def __init__(

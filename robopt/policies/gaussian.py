@@ -19,8 +19,10 @@ import torch
 from torch import nn
 
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
+from robopt.core.protocols import Memoryless
+from robopt.envs.history import HISTORY_DOC, check_history
 from robopt.options import option
-from robopt.policies.memory import HISTORY_DOC, RecurrentConfig, check_history
+from robopt.policies.cells import RecurrentConfig
 from robopt.policies.networks import MLP
 
 
@@ -55,7 +57,7 @@ LOG_2PI = math.log(2.0 * math.pi)
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # clamp of a state-dependent log-std (the common SAC bounds)
 
 
-class GaussianPolicy(nn.Module):
+class GaussianPolicy(nn.Module, Memoryless):
     """pi(a|s) = N(mu(norm(s)), diag(exp(log_std))^2); with ``squash``, a = low + (tanh(u) + 1) (high - low) / 2."""
 
     def __init__(

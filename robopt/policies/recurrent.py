@@ -1,17 +1,18 @@
-"""Memory: GRU and LSTM torsos, the recurrent Gaussian actor and value critic, and the actor that carries state.
+"""Policies with memory: the recurrent Gaussian actor and value critic, and the actor that carries state for loops.
 
 Shapes: N envs, B batch rows, L sequence length, S = B / L sequences, D obs dim, A action dim, H hidden size,
 M the flat state width (GRU: layers * H; LSTM: 2 * layers * H, each layer's h then c).
 
-A recurrent policy owns its state (DESIGN.md section 9): ``initial_state(n)`` [n, M] and
-``step(obs, state, episode_start) -> action, info, next_state``, which zeroes the state of rows whose episode starts
-at this step before using it. ``info`` keeps that state and the ``episode_start`` flags, so a batch whose rows are
-whole sequences of ``sequence_length`` consecutive steps of one env (time order inside each) can be replayed by
-``log_ratio`` and ``kl``: the state at each sequence's first row, reset again wherever an episode starts inside
-(truncated back-propagation through time over L steps). ``PolicyActor`` carries the state of N env rows for loops and
-evaluation (a memoryless policy passes straight through it).
+A recurrent policy owns its state (DESIGN.md section 9; the ``Policy`` protocol of ``robopt.core.protocols``):
+``initial_state(n)`` [n, M] and ``step(obs, state, episode_start) -> action, info, next_state``, which zeroes the
+state of rows whose episode starts at this step before using it. ``info`` keeps that state and the
+``episode_start`` flags, so a batch whose rows are whole sequences of ``sequence_length`` consecutive steps of one
+env (time order inside each) can be replayed by ``log_ratio`` and ``kl``: the state at each sequence's first row,
+reset again wherever an episode starts inside (truncated back-propagation through time over L steps).
+``PolicyActor`` carries the state of N env rows for loops and evaluation (a memoryless policy passes straight
+through it).
 
-The torsos (GRU, LSTM) and ``policy.recurrent``'s config live in ``robopt.policies.memory``.
+The cells it runs (GRU, LSTM) and ``policy.recurrent``'s config live in ``robopt.policies.cells``.
 """
 
 from __future__ import annotations
@@ -22,22 +23,27 @@ import torch
 from torch import nn
 
 from robopt.core.normalization import FrozenNormalizer, RunningNormalizer
+from robopt.core.protocols import memory_width
 from robopt.options import ConfigError
+from robopt.policies.cells import RecurrentConfig, RecurrentTorso
 from robopt.policies.gaussian import GaussianPolicy
-from robopt.policies.memory import RecurrentConfig, RecurrentTorso
 from robopt.policies.networks import MLP
 
 __all__ = [
-    "PolicyActor", "RecurrentConfig", "RecurrentGaussianPolicy", "RecurrentValueCritic", "check_sequence_length",
+    "PolicyActor",
+    "RecurrentConfig",
+    "RecurrentGaussianPolicy",
+    "RecurrentValueCritic",
+    "check_sequence_length",
     "check_sequence_minibatch",
-]  # fmt: skip
+    "policy_memory",
+]
 
 
 class RecurrentGaussianPolicy(nn.Module):
     """pi(a | o_1..o_t) = N(mu(h_t), sigma^2) with h_t = cell(norm(o_t), h_{t-1}): the memory torso in front of a
-    ``GaussianPolicy`` (its MLP, log-std and bounds) that reads the torso's output instead of the observation."""
-
-    recurrent = True
+    ``GaussianPolicy`` (its MLP, log-std and bounds) that reads the torso's output instead of the observation. A
+    ``Policy``: it acts only through ``step``, with its state."""
 
     def __init__(self, obs_dim: int, action_dim: int, action_low, action_high, config) -> None:
         super().__init__()
@@ -83,12 +89,6 @@ class RecurrentGaussianPolicy(nn.Module):
         info["state"], info["episode_start"] = state, episode_start
         return action, info, next_state
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False):
-        raise TypeError(
-            "a recurrent policy acts with its state: step(obs, state, episode_start), or through "
-            "robopt.policies.recurrent.PolicyActor, which carries it"
-        )
-
     def features(self, obs: torch.Tensor, info: dict[str, torch.Tensor]) -> torch.Tensor:
         """The torso's output [B, H] over rows that are whole sequences of L steps (``info`` from ``step``)."""
         return self.memory.over_rows(
@@ -133,8 +133,6 @@ class ExportedRecurrentPolicy(nn.Module):
 class RecurrentValueCritic(nn.Module):
     """V(o_1..o_t) [B] = MLP(h_t) with its own torso (the actor's and the critic's memories are separate), its own
     normalizer, and the state of each row given with the batch (``critic_state`` of a sequence batch)."""
-
-    recurrent = True
 
     def __init__(self, obs_dim: int, memory: RecurrentConfig, hidden, activation: str, normalize_obs: bool = True,
                  orthogonal_init: bool = True) -> None:  # fmt: skip
@@ -184,13 +182,13 @@ class RecurrentValueCritic(nn.Module):
 
 
 class PolicyActor:
-    """Acts for N env rows with any policy: a memoryless one's ``act``, or a recurrent one's ``step`` with the state
-    this object carries. ``episode_ended(done [N])`` after each env step marks the rows whose next step starts an
-    episode (their state is zeroed there)."""
+    """Acts for N env rows with any policy: a memoryless one's ``act``, or one with memory through its ``step`` with
+    the state this object carries (``memory_width`` > 0). ``episode_ended(done [N])`` after each env step marks the
+    rows whose next step starts an episode (their state is zeroed there)."""
 
     def __init__(self, policy, num_envs: int) -> None:
         self.policy, self.num_envs = policy, num_envs
-        self.recurrent = bool(getattr(policy, "recurrent", False))
+        self.recurrent = memory_width(policy) > 0
         self.state = self.episode_start = None
         if self.recurrent:
             self.reset()
@@ -230,7 +228,7 @@ class PolicyActor:
 
 def check_sequence_minibatch(policy, size: int, name: str) -> None:
     """A recurrent policy's minibatches are whole sequences: ``size`` must be a multiple of its sequence length."""
-    length = getattr(policy, "sequence_length", 1) if getattr(policy, "recurrent", False) else 1
+    length = policy.sequence_length if memory_width(policy) > 0 else 1
     if size % length != 0:
         raise ConfigError(
             f"{name}={size} is not a whole number of sequences of policy.recurrent.sequence_length={length}: use a "
@@ -245,3 +243,9 @@ def check_sequence_length(length: int, num_steps: int) -> None:
             f"policy.recurrent.sequence_length={length} must divide the rollout (rollout.num_steps={num_steps})"
             f"{' and is longer than it' if length > num_steps else ''}: use a sequence length that divides num_steps"
         )
+
+
+def policy_memory(policy_config) -> RecurrentConfig | None:
+    """The ``policy.recurrent`` section of a policy config when it turns memory on (only the Gaussian kind has one)."""
+    memory = getattr(policy_config, "recurrent", None)
+    return memory if memory is not None and memory.enabled else None

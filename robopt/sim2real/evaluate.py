@@ -30,10 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from robopt.options import WARP_ONLY_OPTIONS, ConfigError
-from robopt.sim2real.transfer_grid import (  # noqa: F401  (re-exported)
+from robopt.sim2real.transfer_grid import (
     _EXAMPLE,
-    DISTURBANCES,
-    GRID_AXES,
     GRID_HELP,
     GRID_PARAMS,
     JSON_NAME,
@@ -42,7 +40,6 @@ from robopt.sim2real.transfer_grid import (  # noqa: F401  (re-exported)
     _nominal_value,
     check_grid,
     parse_grid,
-    parse_grid_axis,
     write_transfer,
 )
 
@@ -57,7 +54,6 @@ class _OnnxActor:
 
     def __init__(self, model) -> None:
         self.model = model
-        self.recurrent = bool(model.state_dim)
 
     def initial_state(self, n: int):
         import torch

@@ -277,6 +277,7 @@ def export_run(
 
     from robopt.build import build_env
     from robopt.config import config_to_dict
+    from robopt.core.protocols import memory_width
     from robopt.envs.history import LAYOUT, history_frames
     from robopt.sim2real.chunks import ChunkedExport, step_env
 
@@ -291,7 +292,7 @@ def export_run(
     inner, horizon = step_env(env)  # what one action steps: the sidecar describes one control tick
     raw, frames = history_frames(inner)  # what the robot observes: the runtime builds the window of K frames
     try:
-        stateful = bool(getattr(policy, "recurrent", False))  # a policy with memory: its state in and out
+        stateful = memory_width(policy) > 0  # a policy with memory: its state in and out
         obs, starts = record_observations(policy, env, parity_steps, seed=config.seed + 20_000)
         period, (obs_low, obs_high) = control_period(inner), _obs_bounds(inner)
         env_id, action_low, action_high = inner.env_id, inner.action_low.tolist(), inner.action_high.tolist()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from robopt.sim2real.ros_map_parts import check_scalar_fields, fail, names_of, numbers_of, qos_of
+from robopt.sim2real.ros_fields import check_scalar_fields, fail, names_of, numbers_of, qos_of
 from robopt.sim2real.ros_messages import MessageTypeError, check_topic_name, full_type_name, short_type_name
 from robopt.sim2real.transport import QOS_PROFILES, Qos
 

@@ -49,11 +49,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from robopt.options import ConfigError  # noqa: F401  (callers catch it from here)
 from robopt.sim2real.ros_command import CommandMap, parse_command
-from robopt.sim2real.ros_fields import gravity_in_body  # noqa: F401  (re-exported: tests import it from here)
-from robopt.sim2real.ros_map_parts import (
-    ELEMENT_TRANSFORMS,  # noqa: F401
+from robopt.sim2real.ros_fields import (
     check_scalar_fields,
     fail,
     indices_of,

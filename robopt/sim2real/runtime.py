@@ -24,9 +24,7 @@ from robopt.sim2real.model import (
     ChunkedPolicy,
     OnnxPolicy,
     RecurrentPolicy,
-    load_export,  # noqa: F401  (load_export, verify_parity: their old import path, pinned by a test)
     median_call_seconds,
-    verify_parity,  # noqa: F401
 )
 from robopt.sim2real.pacing import Pacer
 from robopt.sim2real.sidecar import DeployError, Sidecar

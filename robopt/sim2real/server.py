@@ -36,7 +36,7 @@ import numpy as np
 
 from robopt.sim2real.network import MAX_DATAGRAM, SequenceFilter, open_socket, resolve_address, same_address
 from robopt.sim2real.protocol import KIND_ACTION, KIND_OBS, PacketError, decode, encode, obs_values
-from robopt.sim2real.serve_common import (
+from robopt.sim2real.serving import (
     COMMAND_TIMEOUT_PERIODS,
     ServeResult,
     check_number,
@@ -75,7 +75,7 @@ class SimRobotServer:
         self.latency, self.loss = latency_ms / 1000.0, loss
         self.log = log or (lambda line: print(line, flush=True))
         self.rng = np.random.default_rng(seed)
-        from robopt.sim2real.sim_env import make_sim_env  # torch and the simulators: only when serving a sim
+        from robopt.sim2real.serving import make_sim_env  # torch and the simulators: only when serving a sim
 
         self.env = make_sim_env(env_id)
         self.env_id, self.seed = env_id, seed

@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import typer
 
-from robopt.sim2real.serve_common import ServeResult, serve_and_close
 from robopt.sim2real.server import serve
+from robopt.sim2real.serving import ServeResult, serve_and_close
 
 
 def register(app: typer.Typer, fail: Callable[..., None]) -> None:

@@ -24,7 +24,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from robopt.sim2real.sim_env import make_sim_env
+from robopt.sim2real.serving import make_sim_env
 
 
 class SimRobot:

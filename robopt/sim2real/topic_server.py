@@ -33,7 +33,7 @@ from collections.abc import Callable
 import numpy as np
 
 from robopt.sim2real import cdr
-from robopt.sim2real.serve_common import COMMAND_TIMEOUT_PERIODS, ServeResult, check_number, env_period, run_deadline
+from robopt.sim2real.serving import COMMAND_TIMEOUT_PERIODS, ServeResult, check_number, env_period, run_deadline
 from robopt.sim2real.transport import Qos
 
 JOINT_STATES, OBSERVATION, COMMAND = "/joint_states", "/robopt/observation", "/robopt/command"
@@ -100,7 +100,7 @@ class TopicSimRobotServer:
         self.log = log or (lambda line: print(line, flush=True))
         self.latency, self.loss, self.rng = latency_ms / 1000.0, loss, np.random.default_rng(seed)
         self.env_id, self.seed, self.transport, self.command_topic = env_id, seed, transport, command_topic
-        from robopt.sim2real.sim_env import make_sim_env  # torch and the simulators: only when serving a sim
+        from robopt.sim2real.serving import make_sim_env  # torch and the simulators: only when serving a sim
 
         self.env = make_sim_env(env_id)
         try:

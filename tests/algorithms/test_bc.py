@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from robopt.build import LAST_CHECKPOINT, build_loop
-from robopt.checkpoint import load_checkpoint
+from robopt.build import build_loop
+from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
 from robopt.config import ConfigError, build_dataclass
 from robopt.core.errors import NonFiniteError
 from robopt.data.dataset_writer import write_dataset

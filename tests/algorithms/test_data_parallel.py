@@ -20,12 +20,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from robopt.algorithms.offpolicy_toolkit import optimizer_step
+from robopt.algorithms.offpolicy_updates import optimizer_step
 from robopt.algorithms.ppo import PPO, PPOConfig
 from robopt.algorithms.trpo import TRPO, TRPOConfig
 from robopt.buffers.rollout import RolloutBatch
-from robopt.build import LAST_CHECKPOINT, build_loop
-from robopt.checkpoint import load_checkpoint
+from robopt.build import build_loop
+from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
 from robopt.config import ConfigError, build_dataclass, config_to_dict
 from robopt.core.normalization import RewardScaler, RunningNormalizer
 from robopt.distributed.collective import Collective, TorchCollective, rank_config

@@ -12,8 +12,8 @@ import torch
 from robopt.algorithms.bc import chunk_actions
 from robopt.algorithms.dppo import DPPO, DPPOConfig, DPPORatioControl, clip_schedule, denoising_weights
 from robopt.buffers.rollout import RolloutBatch
-from robopt.build import LAST_CHECKPOINT, build_loop
-from robopt.checkpoint import load_checkpoint
+from robopt.build import build_loop
+from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
 from robopt.config import ConfigError, build_dataclass
 from robopt.core.ratio_control import RatioControl
 from robopt.core.surrogates import surrogate

@@ -8,8 +8,7 @@ import csv
 import pytest
 import torch
 
-from robopt.build import LAST_CHECKPOINT
-from robopt.checkpoint import load_checkpoint
+from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
 from robopt.config import ConfigError, build_dataclass
 from robopt.experiment import ExperimentConfig
 from robopt.runner import train

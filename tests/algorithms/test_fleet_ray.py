@@ -27,7 +27,7 @@ from fleet_configs import make_config  # noqa: E402
 
 from robopt.checkpoint import load_checkpoint  # noqa: E402
 from robopt.config import ConfigError, build_dataclass, config_to_dict  # noqa: E402
-from robopt.experiment import ExperimentConfig
+from robopt.experiment import ExperimentConfig  # noqa: E402
 from robopt.fleet import ray_runtime  # noqa: E402
 from robopt.fleet.build import build_fleet_loop  # noqa: E402
 from robopt.fleet.config import (  # noqa: E402

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from robopt.algorithms.iql import IQL
-from robopt.build import LAST_CHECKPOINT, build_loop
-from robopt.checkpoint import load_checkpoint
+from robopt.build import build_loop
+from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
 from robopt.config import ConfigError, build_dataclass
 from robopt.core.errors import NonFiniteError
 from robopt.envs import make_env

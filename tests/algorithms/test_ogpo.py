@@ -11,8 +11,8 @@ import torch
 
 from robopt.algorithms.ogpo import OGPO, OGPOConfig
 from robopt.algorithms.success_buffer import SuccessBuffer
-from robopt.build import LAST_CHECKPOINT, build_loop
-from robopt.checkpoint import load_checkpoint
+from robopt.build import build_loop
+from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
 from robopt.config import ConfigError, build_dataclass, config_to_dict
 from robopt.core.q_losses import sampled_advantage
 from robopt.experiment import ExperimentConfig

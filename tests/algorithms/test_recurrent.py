@@ -8,6 +8,7 @@ import torch
 from robopt.buffers.rollout import critic_value
 from robopt.build import build_loop, build_policy
 from robopt.config import build_dataclass, config_to_dict
+from robopt.core.protocols import Policy, memory_width
 from robopt.evaluation import evaluate_policy
 from robopt.experiment import ExperimentConfig, load_config
 from robopt.options import ConfigError
@@ -100,8 +101,9 @@ def test_evaluation_carries_and_resets_the_state():
     _, info = actor.act(obs)
     assert (info["state"][0] == 0).all() and (info["state"][1] != 0).any()
     env.close()
-    with pytest.raises(TypeError, match="acts with its state"):
-        policy.act(obs)
+    # memory is the Policy protocol's state: a recurrent policy acts only through step, with its state [N, M]
+    assert isinstance(policy, Policy) and not hasattr(policy, "act")
+    assert memory_width(policy) == policy.initial_state(3).shape[1] > 0
 
 
 @pytest.mark.parametrize(
@@ -131,8 +133,7 @@ def test_a_stopped_and_resumed_recurrent_run_equals_an_uninterrupted_one(tmp_pat
     """Native Hopper (its simulator state resumes exactly), 2 envs x 32 steps, episodes cut at 20 steps: the actor's
     and the critic's memories are carried across the stop through the checkpoint, so every weight is bit-equal (the
     same kernels on the same shapes in one process)."""
-    from robopt.build import LAST_CHECKPOINT
-    from robopt.checkpoint import load_checkpoint
+    from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
     from robopt.runner import train
 
     config = _config(

@@ -16,8 +16,7 @@ import pytest
 import torch
 
 from robopt.algorithms.onpolicy import NonFiniteError
-from robopt.build import LAST_CHECKPOINT
-from robopt.checkpoint import load_checkpoint, save_checkpoint
+from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint, save_checkpoint
 from robopt.config import build_dataclass
 from robopt.experiment import ExperimentConfig
 from robopt.runner import train

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from robopt.build import LAST_CHECKPOINT, build_loop
-from robopt.checkpoint import load_checkpoint
+from robopt.build import build_loop
+from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
 from robopt.config import ConfigError, build_dataclass
 from robopt.experiment import ExperimentConfig
 from robopt.runner import train

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from robopt.build import LAST_CHECKPOINT, build_loop
-from robopt.checkpoint import save_checkpoint
+from robopt.build import build_loop
+from robopt.checkpoint import LAST_CHECKPOINT, save_checkpoint
 from robopt.config import ConfigError, build_dataclass
 from robopt.experiment import ExperimentConfig
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from robopt.core.protocols import Policy, SupportsEntropy, SupportsKL, SupportsLogProb
+from robopt.core.protocols import Policy, SupportsEntropy, SupportsKL, SupportsLogProb, memory_width
 from robopt.policies import GaussianPolicy
 
 D, A, B = 5, 3, 32
@@ -32,6 +32,17 @@ def policy(request):
 def test_protocols(policy):
     assert isinstance(policy, Policy) and isinstance(policy, SupportsKL)
     assert isinstance(policy, SupportsLogProb) and isinstance(policy, SupportsEntropy)
+
+
+def test_a_memoryless_policy_steps_with_an_empty_state(policy):
+    # the Policy protocol's step: act, with a zero-width state passed through (memory_width 0)
+    obs = torch.randn(B, D)
+    state = policy.initial_state(B)
+    assert state.shape == (B, 0) and memory_width(policy) == 0
+    torch.manual_seed(3)
+    action, info, next_state = policy.step(obs, state, torch.ones(B, dtype=torch.bool), deterministic=True)
+    assert next_state.shape == (B, 0)
+    torch.testing.assert_close(action, policy.act(obs, deterministic=True)[0])  # same kernels, same shapes
 
 
 def test_log_ratio_exactly_zero_after_acting(policy):

@@ -88,8 +88,8 @@ def untrained_run(config, run_dir, module: str):
     import torch
     import yaml
 
-    from robopt.build import LAST_CHECKPOINT, build_env, build_policy
-    from robopt.checkpoint import save_checkpoint
+    from robopt.build import build_env, build_policy
+    from robopt.checkpoint import LAST_CHECKPOINT, save_checkpoint
     from robopt.config import config_to_dict
 
     torch.manual_seed(0)

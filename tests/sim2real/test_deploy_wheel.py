@@ -72,7 +72,7 @@ def test_deploy_only_wheel_runs_a_policy_without_torch(export_dir, tmp_path, pen
     assert deployed.returncode == 0, deployed.stderr[-2000:]
     assert re.search(r"ticks: \d+ in 3\.\d+ s", deployed.stdout), deployed.stdout
     returns = [float(v) for v in re.findall(r"episode \d+: return (-?[\d.]+)", output)]
-    from robopt.sim2real.runtime import load_export
+    from robopt.sim2real.model import load_export
 
     expected = pendulum_returns(load_export(export_dir)[1], 1)
     assert len(returns) == 1 and abs(returns[0] - expected[0]) <= 0.02 * abs(expected[0]), (returns, expected)

@@ -23,8 +23,9 @@ from robopt.config import ConfigError
 from robopt.evaluation import evaluate_policy, load_policy
 from robopt.experiment import load_config
 from robopt.runner import train
-from robopt.sim2real.evaluate import TransferResult, evaluate_transfer, parse_grid_axis
+from robopt.sim2real.evaluate import evaluate_transfer
 from robopt.sim2real.export import export_run
+from robopt.sim2real.transfer_grid import TransferResult, parse_grid_axis
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")

@@ -16,8 +16,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from robopt.build import LAST_CHECKPOINT
-from robopt.checkpoint import load_checkpoint
+from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
 from robopt.cli import app
 from robopt.config import ConfigError
 from robopt.experiment import load_config

@@ -8,9 +8,10 @@ import time
 
 import numpy as np
 
+from robopt.sim2real.model import load_export
 from robopt.sim2real.network import UdpRobot
 from robopt.sim2real.protocol import KIND_ACTION, KIND_OBS, PacketError, decode, encode
-from robopt.sim2real.runtime import ControlLoop, DeployConfig, load_export
+from robopt.sim2real.runtime import ControlLoop, DeployConfig
 
 DATAGRAMS, PER_TICK, MAX_DELTA = 10_000, 20, 0.25
 

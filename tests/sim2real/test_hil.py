@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from robopt.sim2real.deploy import deploy
-from robopt.sim2real.runtime import load_export
+from robopt.sim2real.model import load_export
 
 PERIOD = 0.01  # 100 Hz on both sides: a 200-step Pendulum episode takes 2 s
 

@@ -76,7 +76,7 @@ def test_sidecar_field_types_are_checked(tmp_path, field, value, match):
 
 
 def test_parity_file_that_is_not_an_npz_archive_is_one_line(export_dir, tmp_path):
-    from robopt.sim2real.runtime import verify_parity
+    from robopt.sim2real.model import verify_parity
 
     _, policy = load_export(export_dir)
     np.save(tmp_path / "array.npy", np.zeros((4, 3)))

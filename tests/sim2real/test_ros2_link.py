@@ -20,8 +20,9 @@ import pytest
 
 from robopt.sim2real import cdr
 from robopt.sim2real.deploy import deploy
+from robopt.sim2real.model import load_export
 from robopt.sim2real.ros_map import Qos, parse_robot_map
-from robopt.sim2real.runtime import ControlLoop, DeployConfig, load_export
+from robopt.sim2real.runtime import ControlLoop, DeployConfig
 from robopt.sim2real.topic_robot import TopicRobot
 
 PERIOD = 0.01

@@ -1,11 +1,11 @@
-"""The recurrent torsos (robopt.policies.memory): cells against torch's, sequences against steps, resets."""
+"""The recurrent torsos (robopt.policies.cells): cells against torch's, sequences against steps, resets."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from robopt.policies.memory import RecurrentConfig, RecurrentTorso, sequences
+from robopt.policies.cells import RecurrentConfig, RecurrentTorso, sequences
 
 
 def _torch_cell(torso: RecurrentTorso):
