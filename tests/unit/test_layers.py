@@ -100,3 +100,12 @@ def test_features_are_wired_in_one_composition_root():
 
     assert {spec.kind for spec in FEATURES.algorithms.values()} <= set(FEATURES.loop_kinds)
     assert [section.name for section in FEATURES.sections][:4] == ["algo", "rollout", "policy", "critic"]
+
+
+def test_the_generic_on_policy_modules_carry_no_language_code():
+    """The loop, PPO and the other on-policy updates import nothing of ``robopt.llm``: a language run's hooks and loss
+    terms come in where its run is built (the policy kind's ``PolicySpec.on_policy``)."""
+    generic = {f"robopt.algorithms.{name}" for name in ("onpolicy", "ppo", "trpo", "fpo", "dppo", "kinds")}
+    statements = [(module, line, target) for module, line, target in import_statements() if module in generic]
+    rows = [f"{m}:{line} -> {t}" for m, line, t in statements if t == "robopt.llm" or t.startswith("robopt.llm.")]
+    assert not rows, rows
