@@ -23,6 +23,7 @@ from robopt.envs import BACKENDS
 from robopt.envs.robot.config import RobotConfig, TaskConfig, robot_env_options
 from robopt.fleet.build import build_fleet_loop
 from robopt.fleet.config import FleetConfig, fleet_kind
+from robopt.llm.group_sampling import GroupConfig
 from robopt.policies import POLICIES, CriticConfig, PolicySpec
 
 __all__ = ["FEATURES", "SECTIONS", "ExperimentConfig", "Features", "load_config", "load_run_config"]
@@ -37,6 +38,8 @@ SECTIONS: tuple[Section, ...] = check_sections((
     Section("policy", "policy section; policy.name picks the kind (gaussian, flow, diffusion, language)",
             choices={name: spec.config_cls for name, spec in POLICIES.items()}, default="gaussian", noun="policy"),
     Section("critic", "value critic", config_cls=CriticConfig),
+    Section("group", "language runs: group-relative advantages (GRPO, RLOO, Dr. GRPO), DAPO's dynamic sampling",
+            config_cls=GroupConfig),
     Section("robot", "a robot from its description (env.id: robot)", config_cls=RobotConfig,
             env_options=robot_env_options),
     Section("task", "a task from terms for the robot (env.id: robot)", config_cls=TaskConfig),

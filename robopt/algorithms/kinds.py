@@ -5,10 +5,15 @@ loop has ``iteration(progress) -> metrics``, ``state_dict()`` and ``load_state_d
 names its update's constructor (``make(algo_config, policy, critic)``) and ``on_policy`` wraps it in the value
 critic and ``OnPolicyLoop``; an off-policy or pretraining algorithm names its loop's constructor
 (``make(algo_config, env, policy, seed, env_id)``) and ``own_loop`` calls it.
+
+An on-policy run of a policy kind with a variant (``PolicySpec.on_policy``: the language kind's group sampling and
+token terms) gets that variant's loop hooks, and its policy-loss terms when the update takes a ``loss_terms``
+keyword (PPO's); any other run gets the loop's neutral hooks and no terms.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,10 +22,11 @@ import torch
 from robopt.algorithms.onpolicy import OnPolicyLoop
 from robopt.distributed.collective import LOCAL, Collective
 from robopt.options import ConfigError
+from robopt.policies import POLICIES
 from robopt.policies.critics import ValueCritic
 from robopt.policies.recurrent import RecurrentValueCritic, policy_memory
 
-__all__ = ["AlgorithmSpec", "build_critic", "on_policy", "own_loop", "privileged_dim"]
+__all__ = ["AlgorithmSpec", "build_critic", "on_policy", "on_policy_variant", "own_loop", "privileged_dim"]
 
 
 @dataclass(frozen=True)
@@ -42,16 +48,40 @@ def on_policy(make: Callable) -> Callable:
 
     def build(config, env, policy, seed: int = 0, collective: Collective = LOCAL) -> OnPolicyLoop:
         critic = build_critic(config, env)
-        algorithm = make(config.algo, policy, critic)
+        adds_loss_terms = "loss_terms" in inspect.signature(make).parameters  # PPO's update does, TRPO's does not
+        hooks, loss_terms = on_policy_variant(config, env, adds_loss_terms)
+        algorithm = make(config.algo, policy, critic, **({} if loss_terms is None else {"loss_terms": loss_terms}))
         frozen_statistics = bool(config.init_from) and config.init_normalizer == "frozen"
         return OnPolicyLoop(
             env, policy, critic, algorithm, config.rollout, seed=seed, critic_warmup=config.critic_warmup,
             privileged=config.critic.privileged, update_policy_normalizer=not frozen_statistics,
-            collective=collective,
+            collective=collective, hooks=hooks,
         )  # fmt: skip
 
     build.make = make  # the update's constructor, for scripts that assemble a loop by hand (benchmarks/fpo_cost.py)
     return build
+
+
+def on_policy_variant(config, env, adds_loss_terms: bool) -> tuple[object | None, Callable | None]:
+    """(loop hooks, policy-loss terms) of the run's policy kind (``PolicySpec.on_policy``), or (None, None): the
+    loop's neutral hooks and no terms. ``adds_loss_terms``: whether the update takes policy-loss terms.
+
+    A config section that only another kind's variant reads (``PolicySpec.sections``: the language kind's ``group``),
+    set away from its defaults, would be ignored: a one-line ConfigError.
+    """
+    name = config.policy.name
+    spec = POLICIES[name]
+    for other_name, other in POLICIES.items():
+        for section in set(other.sections) - set(spec.sections):
+            value = getattr(config, section, None)  # None: a composition root without that section
+            if value is not None and value != type(value)():
+                raise ConfigError(
+                    f"{section}: options of policy.name={other_name} runs, which policy.name={name} does not read; "
+                    f"leave the {section} section out"
+                )
+    if spec.on_policy is None:
+        return None, None
+    return spec.on_policy(config, env, adds_loss_terms)
 
 
 def own_loop(make: Callable) -> Callable:

@@ -13,9 +13,10 @@ and iterations and zeroes it where an episode starts; its info keeps the state a
 values come from one pass over the whole rollout from the critic's state at the rollout's start, which also gives
 the state at each row; the batch is then reordered into sequences of L steps (``RolloutBatch.as_sequences``).
 
-Variants hook in at fixed points (``hooks``: ``begin_iteration``, ``observe`` after each env step, ``advantages``
-in place of GAE, ``complete`` once the batch is made, ``metrics``); group-relative advantages, DAPO's dynamic
-sampling and refill and the language task's counters live beside the loop, in ``robopt.llm.group_sampling``.
+Variants hook in at fixed points (``LoopHooks``: ``begin_iteration``, ``observe`` after each env step,
+``advantages`` in place of GAE, ``complete`` once the batch is made, ``metrics``, and ``check_data_parallel`` when
+the run has several ranks). The loop's own hooks do nothing; a variant's come from where its run is built (a
+language run's group-relative advantages, DAPO's dynamic sampling and task counters: ``robopt.llm``).
 """
 
 from __future__ import annotations
@@ -34,11 +35,10 @@ from robopt.core.protocols import Policy, VecEnv, memory_width
 from robopt.core.shapes import check_shape
 from robopt.distributed.collective import LOCAL, Collective
 from robopt.envs.episode_stats import EnvLog
-from robopt.llm.group_sampling import hooks_for
 from robopt.options import ConfigError, option
 from robopt.policies.recurrent import PolicyActor, check_sequence_length
 
-__all__ = ["NonFiniteError", "OnPolicyAlgorithm", "OnPolicyLoop", "RolloutConfig"]
+__all__ = ["LoopHooks", "NonFiniteError", "OnPolicyAlgorithm", "OnPolicyLoop", "RolloutConfig"]
 
 
 @dataclass(frozen=True)
@@ -47,31 +47,9 @@ class RolloutConfig:
     gamma: float = option(0.99, "discount factor")
     gae_lambda: float = option(0.95, "GAE lambda")
     normalize_advantage: bool = option(
-        True, "normalize advantages to zero mean, unit std per batch (group advantages too: Dr. GRPO sets false, "
-        "which keeps the std scaling out)"
-    )  # fmt: skip
-    normalize_reward: bool = option(False, "scale rewards by the running std of the discounted return")
-    advantage: str = option(
-        "gae", "advantage estimator: gae, or group (rewards of consecutive groups of env.kwargs.group_size rows "
-        "that share a prompt, against the group's mean: GRPO; no critic needed)", ("gae", "group"),
-    )  # fmt: skip
-    group_std: bool = option(True, "group: divide by the group's std (GRPO); false: Dr. GRPO")
-    leave_one_out: bool = option(False, "group: baseline each row with the mean of the others (RLOO)")
-    dynamic_sampling: bool = option(
-        False, "group: drop groups whose rewards are all equal from the update (DAPO's filter)"
+        True, "normalize advantages to zero mean, unit std per batch (a variant's advantages too, after its refill)"
     )
-    refill_rounds: int = option(
-        0, "dynamic_sampling: extra rollouts at most per iteration that refill the batch with groups whose rewards "
-        "differ, up to the batch size (DAPO's max_num_gen_batches - 1); 0: no refill, the batch shrinks"
-    )  # fmt: skip
-
-    def __post_init__(self) -> None:
-        if self.refill_rounds < 0:
-            raise ValueError(f"rollout.refill_rounds must be >= 0, got {self.refill_rounds}")
-        if self.refill_rounds > 0 and not self.dynamic_sampling:
-            raise ValueError(
-                "rollout.refill_rounds refills what dynamic sampling drops: set rollout.dynamic_sampling=true"
-            )
+    normalize_reward: bool = option(False, "scale rewards by the running std of the discounted return")
 
 
 class OnPolicyAlgorithm(Protocol):
@@ -84,6 +62,33 @@ class OnPolicyAlgorithm(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
+
+
+class LoopHooks:
+    """The loop's hook points, each doing nothing: what a plain (robot) run uses. A variant passes an object with the
+    same methods (``robopt.llm.group_sampling``'s group sampling and task counters)."""
+
+    def begin_iteration(self) -> None:
+        """Before the iteration's rollout."""
+
+    def observe(self, env_info: dict) -> None:
+        """After each env step, with the step's info."""
+
+    def advantages(self, loop: OnPolicyLoop, critic_input: torch.Tensor) -> RolloutBatch | None:
+        """The batch with this variant's advantages, in place of GAE's; None: GAE."""
+        return None
+
+    def complete(self, loop: OnPolicyLoop, batch: RolloutBatch, returns: list, lengths: list) -> RolloutBatch:
+        """The batch the update gets, once the rollout's is made; a variant may add rollouts (their episode returns
+        and lengths go into ``returns`` and ``lengths``)."""
+        return batch
+
+    def metrics(self) -> dict[str, float]:
+        """The variant's values for the iteration's row."""
+        return {}
+
+    def check_data_parallel(self) -> None:
+        """Called when the run has several ranks: a one-line ConfigError for what the variant cannot do there."""
 
 
 class OnPolicyLoop:
@@ -101,12 +106,13 @@ class OnPolicyLoop:
         privileged: bool = False,
         update_policy_normalizer: bool = True,
         collective: Collective = LOCAL,
-        hooks=None,
+        hooks: LoopHooks | None = None,
     ) -> None:
         self.env, self.policy, self.critic, self.algorithm, self.rollout = env, policy, critic, algorithm, rollout
         self.collective = collective  # data-parallel: this rank's envs are one share of the run's
+        self.hooks = LoopHooks() if hooks is None else hooks  # a variant's (group sampling), or none
         if collective.world_size > 1:
-            self._check_data_parallel(algorithm, rollout, critic_warmup)
+            self._check_data_parallel(algorithm, critic_warmup)
         self.critic_warmup = critic_warmup  # first iterations fit the critic only (a pretrained actor stays frozen)
         if hasattr(policy, "freeze_base") and not bool(policy.base_frozen):
             # diffusion: the first K - K' denoising steps keep the network RL starts from (its log_ratio covers
@@ -117,8 +123,6 @@ class OnPolicyLoop:
         # False when fine-tuning a pretrained policy: its input statistics stay those it was trained under
         self.update_policy_normalizer = update_policy_normalizer
         privileged_dim = env.privileged_dim if privileged else 0
-        # the variant's hooks (robopt.llm.group_sampling): group advantages, dynamic sampling, task counters
-        self.hooks = hooks_for(rollout, env) if hooks is None else hooks
         if privileged and privileged_dim < 1:
             raise ValueError(f"{env.env_id}: a privileged critic needs env.privileged_dim > 0, got {privileged_dim}")
         self.storage = RolloutStorage(
@@ -132,7 +136,6 @@ class OnPolicyLoop:
         self.obs = env.reset(seed=seed)  # [N, D]
         self.iteration_count = 0
         self.env_steps = 0
-        self.accuracy: list[torch.Tensor] = []
         self.env_log = EnvLog()
 
     @property
@@ -205,7 +208,7 @@ class OnPolicyLoop:
             last_value = self.critic(last_input)  # [N]
             if truncated_rows[0].numel() > 0:
                 final_value[truncated_rows] = self.critic(storage.final_critic_input(truncated_rows))
-        batch = self.hooks.advantages(self, critic_input)  # a variant's advantages (group-relative), or None
+        batch = self.hooks.advantages(self, critic_input)  # a variant's advantages (group-relative), or None: GAE
         if batch is not None:
             return batch
         next_value = bootstrap_value(storage.value, last_value, final_value, storage.terminated, storage.truncated)
@@ -264,7 +267,7 @@ class OnPolicyLoop:
         returns, lengths = [episode_return], [episode_length]  # a variant may add rollouts (DAPO's refill)
         batch = self.hooks.complete(self, self.advantages(), returns, lengths)
         episode_return, episode_length = torch.cat(returns), torch.cat(lengths)
-        if len(batch) == 0:  # dynamic sampling dropped every group: nothing to learn from this rollout
+        if len(batch) == 0:  # a variant left no rows (dynamic sampling dropped every group): nothing to learn
             metrics = {}
         elif self.iteration_count <= self.critic_warmup:
             metrics = self.warm_up_critic(batch)
@@ -296,18 +299,14 @@ class OnPolicyLoop:
         elif normalizer.enabled:
             normalizer.merge(*self.collective.moments(x.reshape(-1, normalizer.dim)))
 
-    def _check_data_parallel(self, algorithm, rollout: RolloutConfig, critic_warmup: int) -> None:
+    def _check_data_parallel(self, algorithm, critic_warmup: int) -> None:
         """What several ranks support, refused with one line otherwise; the algorithm is handed the collective."""
         if not hasattr(algorithm, "use_collective"):
             raise ConfigError(
                 f"{type(algorithm).__name__} runs in one process; data-parallel training supports PPO, FPO, TRPO "
                 "and DPPO (launch without torchrun / --nproc)"
             )
-        if rollout.dynamic_sampling:
-            raise ConfigError(
-                "rollout.dynamic_sampling changes each rank's batch size, which data-parallel minibatches cannot "
-                "follow; set rollout.dynamic_sampling=false or run in one process"
-            )
+        self.hooks.check_data_parallel()
         if critic_warmup > 0:
             raise ConfigError("critic_warmup runs in one process; set critic_warmup=0 or launch without --nproc")
         algorithm.use_collective(self.collective)

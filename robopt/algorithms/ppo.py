@@ -1,7 +1,9 @@
 """PPO (Schulman et al. 2017) as a config, a pure loss and an update plugged into the on-policy loop.
 
 The ratio control (clip, clip-higher, dual clip, adaptive KL penalty, SPO, sigmoid gate) is data:
-``algo.ratio.name=...`` picks it from ``robopt.core.surrogates``.
+``algo.ratio.name=...`` picks it from ``robopt.core.surrogates``. Extra policy-loss terms of a variant (a language
+policy's reference-KL penalty and token metrics, ``robopt.llm.objective``) come in as ``loss_terms`` when PPO is
+built; a plain run has none.
 
 Shapes: B minibatch, K the policy's inner log-ratio axis, D obs dim.
 """
@@ -9,6 +11,7 @@ Shapes: B minibatch, K the policy's inner log-ratio axis, D obs dim.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -24,9 +27,11 @@ from robopt.core.schedules import SCHEDULES, make_schedule
 from robopt.core.surrogates import REDUCTIONS, ratio_metrics, surrogate
 from robopt.core.updaters import FirstOrderUpdater
 from robopt.distributed.collective import LOCAL, Collective
-from robopt.llm.objective import token_terms
 from robopt.options import ConfigError, option
 from robopt.policies.recurrent import check_sequence_minibatch
+
+# (policy, log_ratio [B, K], info, with_metrics) -> (penalty added to the policy loss or None, metrics)
+LossTerms = Callable[[nn.Module, torch.Tensor, dict, bool], tuple[torch.Tensor | None, dict[str, torch.Tensor]]]
 
 
 @dataclass(frozen=True)
@@ -80,13 +85,22 @@ class PPOConfig:
 
 
 def ppo_loss(
-    policy, critic, batch: RolloutBatch, config: PPOConfig, control: RatioControl, with_metrics: bool = True
+    policy,
+    critic,
+    batch: RolloutBatch,
+    config: PPOConfig,
+    control: RatioControl,
+    with_metrics: bool = True,
+    loss_terms: LossTerms | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Surrogate under ``control`` + value_coef * value loss - entropy_coef * entropy, on one minibatch (pure).
+    """Surrogate under ``control`` (+ the ``loss_terms`` penalty) + value_coef * value loss - entropy_coef * entropy,
+    on one minibatch (pure).
 
     The advantages are used as given: ``PPO.update`` normalizes them per minibatch when
     ``minibatch_advantage_norm`` is set (see ``normalize_per_minibatch``). The value loss is
-    0.5 * mean (V - R)^2 (``robopt.core.losses.value_error``). ``with_metrics=False`` returns empty metrics.
+    0.5 * mean (V - R)^2 (``robopt.core.losses.value_error``). ``loss_terms(policy, log_ratio, info, with_metrics)``
+    (a variant's, or None) returns a penalty added to the policy loss (or None) and metrics of its own.
+    ``with_metrics=False`` returns empty metrics.
     """
     info = batch.policy_info
     log_ratio = policy.log_ratio(batch.obs, batch.action, info)  # [B, K]
@@ -97,10 +111,11 @@ def ppo_loss(
         log_ratio, batch.advantage, control, mask=info.get("mask"), kl=kl, with_metrics=with_metrics,
         reduction=config.reduction, normalizer=config.loss_normalizer or None,
     )  # fmt: skip
-    penalty, token_metrics = token_terms(policy, log_ratio, info, with_metrics)  # a language policy's, beside
-    if penalty is not None:
-        policy_loss = policy_loss + penalty
-    metrics.update(token_metrics)
+    if loss_terms is not None:  # a variant's terms beside the surrogate (a language policy's reference KL)
+        penalty, term_metrics = loss_terms(policy, log_ratio, info, with_metrics)
+        if penalty is not None:
+            policy_loss = policy_loss + penalty
+        metrics.update(term_metrics)
     value = critic_value(critic, batch)  # [B] (of obs, or cat(obs, privileged); a recurrent critic's over sequences)
     squared_error = value_error(
         value, batch.return_target, batch.value, config.value_clip if config.value_clip > 0 else None
@@ -167,27 +182,30 @@ def run_epochs(
 class PPOObjective(nn.Module):
     """``ppo_loss`` over (policy, critic) as a module: what ``CompiledFirstOrderStep`` differentiates."""
 
-    def __init__(self, policy: nn.Module, critic: nn.Module, config: PPOConfig) -> None:
+    def __init__(
+        self, policy: nn.Module, critic: nn.Module, config: PPOConfig, loss_terms: LossTerms | None = None
+    ) -> None:
         super().__init__()
-        self.policy, self.critic, self.config = policy, critic, config
+        self.policy, self.critic, self.config, self.loss_terms = policy, critic, config, loss_terms
 
     def forward(self, batch: RolloutBatch, control: RatioControl) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return ppo_loss(self.policy, self.critic, batch, self.config, control, with_metrics=True)
+        return ppo_loss(self.policy, self.critic, batch, self.config, control, True, self.loss_terms)
 
 
 class PPO:
     """Epochs x minibatches of ``ppo_loss`` through one first-order updater over policy and critic.
 
     With ``config.compile`` each minibatch step is one compiled graph (``robopt.core.compiled``) sharing the
-    updater's state; otherwise the eager ``FirstOrderUpdater.step``.
+    updater's state; otherwise the eager ``FirstOrderUpdater.step``. ``loss_terms``: a variant's extra policy-loss
+    terms (``ppo_loss``), or None.
     """
 
-    def __init__(self, config: PPOConfig, policy, critic) -> None:
+    def __init__(self, config: PPOConfig, policy, critic, loss_terms: LossTerms | None = None) -> None:
         if config.entropy_coef > 0.0:
             require(policy, SupportsEntropy, "PPO with entropy_coef > 0", "the bonus needs the policy's entropy")
         if config.ratio.name == "kl_penalty_adaptive" and not getattr(policy, "kl_available", True):
             raise ConfigError("ratio.name=kl_penalty_adaptive on a language policy needs policy.store_old_logits=true")
-        self.config, self.policy, self.critic = config, policy, critic
+        self.config, self.policy, self.critic, self.loss_terms = config, policy, critic, loss_terms
         check_sequence_minibatch(policy, config.minibatch_size, "algo.minibatch_size")
         params = list(policy.parameters()) + list(critic.parameters())
         self.updater = FirstOrderUpdater(params, config.learning_rate, config.max_grad_norm)
@@ -204,7 +222,8 @@ class PPO:
             reason = compile_unavailable_reason(self.updater.flat.device)
             if reason is not None:
                 raise ConfigError(f"algo.compile=true: {reason}; set algo.compile=false for the eager step")
-            self.compiled_step = CompiledFirstOrderStep(self.updater, PPOObjective(policy, critic, config))
+            objective = PPOObjective(policy, critic, config, loss_terms)
+            self.compiled_step = CompiledFirstOrderStep(self.updater, objective)
 
     def update(self, batch: RolloutBatch, progress: float) -> dict[str, torch.Tensor]:
         config, adaptive = self.config, self.adaptive
@@ -216,11 +235,7 @@ class PPO:
                 if self.compiled_step is not None:
                     metrics = self._compiled_step(minibatch)
                 else:
-                    metrics = self.updater.step(
-                        lambda mb=minibatch: ppo_loss(
-                            self.policy, self.critic, mb, config, self.control, with_metrics or adaptive
-                        )
-                    )
+                    metrics = self.updater.step(lambda mb=minibatch: self.loss(mb, with_metrics or adaptive))
                 if adaptive:
                     self._adapt_learning_rate(metrics["approx_kl"])
                 yield metrics
@@ -240,6 +255,10 @@ class PPO:
             "epochs_run": torch.tensor(float(epochs_run)),
             "learning_rate": torch.tensor(self.learning_rate if adaptive else learning_rate),
         }
+
+    def loss(self, minibatch: RolloutBatch, with_metrics: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``ppo_loss`` of the current policy, critic, ratio control and loss terms on ``minibatch``."""
+        return ppo_loss(self.policy, self.critic, minibatch, self.config, self.control, with_metrics, self.loss_terms)
 
     def _adapt_learning_rate(self, approx_kl: torch.Tensor) -> None:
         """rsl_rl's adaptive schedule: the step's KL (the ranks' mean) against ``desired_kl``; one host read."""

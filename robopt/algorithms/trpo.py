@@ -104,8 +104,6 @@ class TRPO:
             raise ConfigError(
                 "TRPO on a language policy needs its exact per-token KL: set policy.store_old_logits=true"
             )
-        if getattr(getattr(policy, "config", None), "kl_coef", 0.0) > 0.0:
-            raise ConfigError("policy.kl_coef (the reference-KL penalty) is a PPO-loss term; TRPO does not add it")
         if config.entropy_coef > 0.0:
             require(policy, SupportsEntropy, "EnTRPO (entropy_coef > 0)", "the advantage gets H(pi(.|s))")
         self.config, self.policy, self.critic = config, policy, critic

@@ -2,8 +2,8 @@
 
 Shapes: N rows = prompts x G (``group_size``), P prompt width in tokens, T completion length (``max_new_tokens``).
 
-Each row holds one prompt; rows come in consecutive groups of G that share a prompt (what ``rollout.advantage:
-group`` baselines against). ``step(action [N, T])`` decodes every completion, scores it with the task's verifier
+Each row holds one prompt; rows come in consecutive groups of G that share a prompt (what ``group.enabled: true``
+baselines against). ``step(action [N, T])`` decodes every completion, scores it with the task's verifier
 (``robopt.llm.rewards.Verifier``) and ends every row's episode (``terminated``): the reward is the episode's
 return, the next observation a freshly drawn prompt. Observations are the byte-token ids of ``BOS + prompt``,
 left-padded with PAD, as float32 ``[N, P]`` (the rollout storage is float; ids below 2^24 are exact), and actions

@@ -1,8 +1,9 @@
-"""A language policy's terms in a policy-gradient loss, beside the generic surrogate (``robopt.algorithms.ppo``).
+"""A language policy's terms in a policy-gradient loss, beside the generic surrogate: PPO's ``loss_terms``
+(``robopt.algorithms.ppo``), handed over by the language run's variant (``robopt.llm.variant``).
 
 Shapes: B rows, T completion tokens. Read from what the policy stored when it acted (``info``): ``mask`` [B, T]
 (valid tokens), ``log_prob`` [B, T] and ``ref_log_prob`` [B, T] (the reference model's, when the policy's
-``config.kl_coef`` > 0). A policy that stores none of them (a robot policy) gets no term and no metric.
+``config.kl_coef`` > 0). A policy that stores none of them gets no term and no metric.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from robopt.config import ConfigError
 from robopt.core.advantages import group_advantage
 from robopt.experiment import load_config
 from robopt.llm.env import PromptEnv
+from robopt.llm.group_sampling import GroupConfig, GroupSampling
 from robopt.llm.policy import NoNormalizer
 from robopt.llm.tokens import PAD, ByteTokenizer
 from robopt.policies import ValueCritic
@@ -46,12 +47,13 @@ class Recorder:
 ALL, NONE, HALF = [True] * 4, [False] * 4, [True, False, True, False]
 
 
-def run(plan: list[list[bool]], **rollout) -> tuple[OnPolicyLoop, Recorder, dict]:
+def run(plan: list[list[bool]], normalize_advantage: bool = False, **group) -> tuple[OnPolicyLoop, Recorder, dict]:
     env = PromptEnv(8, task="addition", group_size=4)  # 2 prompts x 4 per rollout
-    options = {"num_steps": 1, "advantage": "group", "normalize_advantage": False, "dynamic_sampling": True}
+    hooks = GroupSampling(GroupConfig(**{"enabled": True, "dynamic_sampling": True, **group}), env)
     recorder = Recorder()
-    loop = OnPolicyLoop(env, PlannedPolicy(env, plan), ValueCritic(env.obs_dim, hidden=(8,)), recorder,
-                        RolloutConfig(**{**options, **rollout}))  # fmt: skip
+    rollout = RolloutConfig(num_steps=1, normalize_advantage=normalize_advantage)
+    critic = ValueCritic(env.obs_dim, hidden=(8,))
+    loop = OnPolicyLoop(env, PlannedPolicy(env, plan), critic, recorder, rollout, hooks=hooks)
     return loop, recorder, loop.iteration(0.0)
 
 
@@ -96,12 +98,29 @@ def test_normalize_advantage_applies_to_group_advantages():
 
 
 @pytest.mark.parametrize(
-    ("rollout", "match"),
-    [({"refill_rounds": -1}, "refill_rounds must be >= 0"), ({"refill_rounds": 2}, "set rollout.dynamic_sampling")],
+    ("group", "match"),
+    [
+        ({"enabled": True, "refill_rounds": -1}, "refill_rounds must be >= 0"),
+        ({"enabled": True, "refill_rounds": 2}, "set group.dynamic_sampling"),
+        ({"leave_one_out": True}, "options of group.enabled=true"),
+    ],
 )
-def test_bad_refill_options_are_one_line_config_errors(tmp_path, rollout, match):
+def test_bad_group_options_are_one_line_config_errors(tmp_path, group, match):
     path = tmp_path / "c.yaml"
     path.write_text("env: {id: robopt/Text}\n")
     with pytest.raises(ConfigError, match=match) as error:
-        load_config(str(path), [f"rollout.{k}={v}" for k, v in rollout.items()])
+        load_config(str(path), [f"group.{k}={v}" for k, v in group.items()])
     assert "\n" not in str(error.value)
+
+
+def test_a_group_run_needs_rows_in_groups_and_dynamic_sampling_one_process():
+    class Ungrouped:  # an env without group_size (a robot task)
+        env_id = "Pendulum-v1"
+
+    with pytest.raises(ConfigError, match="group.enabled=true needs an env whose rows come in groups") as error:
+        GroupSampling(GroupConfig(enabled=True), Ungrouped())
+    assert "\n" not in str(error.value)
+    env = PromptEnv(8, task="addition", group_size=4)
+    GroupSampling(GroupConfig(enabled=True), env).check_data_parallel()  # fixed batch size: fine on several ranks
+    with pytest.raises(ConfigError, match="group.dynamic_sampling changes each rank's batch size"):
+        GroupSampling(GroupConfig(enabled=True, dynamic_sampling=True), env).check_data_parallel()

@@ -40,7 +40,7 @@ def _robopt(*args: str) -> subprocess.CompletedProcess:
         (["env.kwargs.digits=9"], "digits"),
         (["algo.reduction=constant"], "reduction=constant needs loss_normalizer > 0"),
         (["policy.max_new_tokens=12"], "set env.kwargs.max_new_tokens to the same value"),
-        (["rollout.advantage=gae", "rollout.leave_one_out=true"], "options of rollout.advantage=group"),
+        (["group.enabled=false", "group.leave_one_out=true"], "options of group.enabled=true"),
     ],
     ids=[
         "max_new_tokens",
@@ -63,8 +63,19 @@ def test_bad_language_input_is_one_line(tmp_path, overrides, message):
 
 
 def test_group_advantage_needs_grouped_rows(tmp_path):
-    result = _robopt("train", "configs/ppo_pendulum.yaml", f"log.run_root={tmp_path}", "rollout.advantage=group")
-    assert result.returncode == 2 and "rollout.advantage=group needs an env whose rows" in result.stderr
+    # a robot run does not read the language variant's group section: refused, not ignored (the check of the env's
+    # groups itself: test_dapo_refill.test_a_group_run_needs_rows_in_groups_and_dynamic_sampling_one_process)
+    result = _robopt("train", "configs/ppo_pendulum.yaml", f"log.run_root={tmp_path}", "group.enabled=true")
+    assert result.returncode == 2 and "group: options of policy.name=language runs" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())
+
+
+def test_trpo_refuses_the_reference_kl_penalty(tmp_path):
+    result = _robopt("train", "configs/trpo_addition.yaml", f"log.run_root={tmp_path}", "policy.kl_coef=0.04")
+    assert result.returncode == 2 and "policy.kl_coef=0.04 (the reference-KL penalty) is a term of the PPO loss" in (
+        result.stderr
+    ), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 

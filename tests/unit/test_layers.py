@@ -116,3 +116,12 @@ def test_a_script_builds_a_loop_without_importing_anything_first():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "metrics" in result.stdout
+
+
+def test_the_generic_on_policy_modules_carry_no_language_code():
+    """The loop, PPO and the other on-policy updates import nothing of ``robopt.llm``: a language run's hooks and loss
+    terms come in where its run is built (the policy kind's ``PolicySpec.on_policy``)."""
+    generic = {f"robopt.algorithms.{name}" for name in ("onpolicy", "ppo", "trpo", "fpo", "dppo", "kinds")}
+    statements = [(module, line, target) for module, line, target in import_statements() if module in generic]
+    rows = [f"{m}:{line} -> {t}" for m, line, t in statements if t == "robopt.llm" or t.startswith("robopt.llm.")]
+    assert not rows, rows
