@@ -56,13 +56,14 @@ def test_export_carries_the_state_and_checks_a_200_step_sequence(recurrent_run):
 
 def test_exported_files_step_like_torch(recurrent_run):
     """ONNX Runtime and TorchScript stepped 200 times with their own state equal the torch policy within 1e-5."""
-    from robopt.sim2real.export_state import loaded_call, step_sequence
+    from robopt.sim2real.export import model_call
+    from robopt.sim2real.export_state import STATE_INPUT, step_sequence
 
     _, _, _, report = recurrent_run
     with np.load(report.out_dir / "parity.npz") as parity:
         obs, starts, expected = parity["obs"], parity["episode_start"], parity["action"]
     for fmt, name in (("onnx", "policy.onnx"), ("torchscript", "policy.pt")):
-        actions, _ = step_sequence(loaded_call(fmt, report.out_dir / name), obs, starts, HIDDEN)
+        actions, _ = step_sequence(model_call(fmt, report.out_dir / name, ("obs", STATE_INPUT)), obs, starts, HIDDEN)
         assert np.abs(actions - expected).max() <= 1e-5, fmt
 
 
