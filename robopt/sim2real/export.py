@@ -1,9 +1,10 @@
-"""``robopt export``: a run's deterministic policy as ONNX and TorchScript files, checked against torch.
+"""``robopt export``: a run's deterministic policy as ONNX and ``torch.export`` files, checked against torch.
 
 Shapes: K parity observations, B batch, D obs dim, A action dim, H action chunk. The export directory (see
 ``sidecar``) holds
     policy.onnx   input "obs" [B, D] float32 -> output "action" [B, A] float32 ([B, H, A] when H > 1), B dynamic
-    policy.pt     the same module traced with ``torch.jit.trace``
+    policy.pt2    the same module as a ``torch.export`` ExportedProgram (``torch.export.save``; B dynamic through
+                  ``torch.export.Dim``): ``torch.export.load(path).module()`` runs it (format name "pt2")
     parity.npz    "obs" [K, D] float32: what the deterministic policy observed in the run's env at its decisions;
                   "action" [K, A] (or [K, H, A]) float32: the torch module's outputs on them (a deploy runtime
                   re-checks its model against them)
@@ -21,6 +22,9 @@ out; ``robopt.sim2real.export_state`` steps it through its parity sequence.
 Everything is written to a temporary directory, each model is reloaded from its file and compared with torch on
 the K observations (batched and one row at a time, max |difference| <= ``TOLERANCE``) and only then moved into
 the output directory.
+
+Exports before pt2 wrote ``policy.pt`` (``torch.jit.trace``, format "torchscript"; torch.jit is deprecated): they
+are no longer written, and ``load_torch_export`` still reads them.
 """
 
 from __future__ import annotations
@@ -40,12 +44,14 @@ from pathlib import Path
 import numpy as np
 
 from robopt.options import ConfigError
-from robopt.sim2real.sidecar import DeployError, Sidecar, file_sha256, write_sidecar
+from robopt.sim2real.sidecar import DeployError, Sidecar, check_files, file_sha256, read_sidecar, write_sidecar
 
-FORMATS = ("onnx", "torchscript")
-FILE_NAMES = {"onnx": "policy.onnx", "torchscript": "policy.pt"}
+FORMATS = ("onnx", "pt2")
+FILE_NAMES = {"onnx": "policy.onnx", "pt2": "policy.pt2"}
+LEGACY_FILE_NAMES = {"torchscript": "policy.pt"}  # written by exports before pt2 (torch.jit.trace): read, not written
 PARITY_NAME = "parity.npz"
-EXPORT_NAMES = (*FILE_NAMES.values(), PARITY_NAME, "policy.json")  # what --force replaces in an output directory
+# what --force replaces in an output directory (an earlier export's policy.pt too)
+EXPORT_NAMES = (*FILE_NAMES.values(), *LEGACY_FILE_NAMES.values(), PARITY_NAME, "policy.json")
 TOLERANCE = 1e-5  # max |exported - torch| accepted, per action component
 
 
@@ -67,7 +73,7 @@ class ExportReport:
 
 @contextlib.contextmanager
 def quiet():
-    """Silence the exporters' progress lines, warnings (torch.jit.trace's deprecation) and log messages."""
+    """Silence the exporters' progress lines, warnings and log messages."""
     level = logging.root.manager.disable
     logging.disable(logging.WARNING)
     try:
@@ -122,23 +128,52 @@ def export_onnx(module, example, path: Path, input_names=("obs",), output_names=
         program.save(str(path))
 
 
-def export_torchscript(module, example, path: Path) -> None:
-    """``module`` traced by ``torch.jit.trace`` at ``path``; ``example`` as in ``export_onnx``."""
+def export_pt2(module, example, path: Path) -> None:
+    """``module`` as a ``torch.export`` ExportedProgram at ``path`` (``torch.export.save``), axis 0 of every input
+    one dynamic batch B (``torch.export.Dim``); ``example`` as in ``export_onnx`` (B >= 2)."""
     import torch
 
+    inputs, batch_axes = _inputs_and_batch_axes(example)
     with quiet():
-        torch.jit.trace(module, example).save(str(path))
+        program = torch.export.export(module, inputs, dynamic_shapes=batch_axes)
+    torch.export.save(program, str(path))
+
+
+def load_torch_file(fmt: str, path: Path):
+    """The torch module in ``path``: a "pt2" ExportedProgram's module (``torch.export.load``), or the TorchScript
+    module of a "torchscript" file written by an export before pt2 (``torch.jit.load``, its deprecation silenced)."""
+    import torch
+
+    if fmt == "pt2":
+        return torch.export.load(str(path)).module()
+    if fmt != "torchscript":
+        raise ValueError(f"{fmt!r} is not a torch model format (pt2, torchscript)")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"`torch\.jit\.load` is deprecated", DeprecationWarning)
+        return torch.jit.load(str(path), map_location="cpu")
+
+
+def load_torch_export(directory: Path):
+    """(sidecar, torch module) of an export directory: its policy.pt2 or, from an export before pt2, its policy.pt
+    (TorchScript), after checking the file's sha256 against the sidecar; DeployError (one line) when it has neither.
+    The module maps obs [B, D] -> action (and a policy with memory (obs, state) -> (action, next_state))."""
+    sidecar = read_sidecar(directory)
+    fmt = next((fmt for fmt in ("pt2", *LEGACY_FILE_NAMES) if fmt in sidecar.files), None)
+    if fmt is None:
+        present = ", ".join(sidecar.files)
+        raise DeployError(f"{str(directory)!r} has no torch model (pt2, or torchscript before pt2); formats: {present}")
+    return sidecar, load_torch_file(fmt, check_files(directory, sidecar, fmt))
 
 
 def model_call(fmt: str, path: Path, input_names: Sequence[str] = ("obs",)) -> Callable[..., tuple[np.ndarray, ...]]:
     """The model file's forward on numpy arrays, ``call(*inputs) -> outputs`` (a tuple), inputs in ``input_names``
-    order: ONNX Runtime for "onnx", torch for "torchscript"."""
+    order: ONNX Runtime for "onnx", torch for "pt2" and "torchscript"."""
     if fmt == "onnx":
         session = onnx_session(path)
         return lambda *inputs: tuple(session.run(None, dict(zip(input_names, inputs))))
     import torch
 
-    module = torch.jit.load(str(path))
+    module = load_torch_file(fmt, path)
 
     def call(*inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         with torch.inference_mode():
@@ -207,7 +242,12 @@ def _robot_block(env) -> tuple[dict | None, list[str] | None, list[str] | None]:
 
 
 def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
-    """``formats`` without repeats; ConfigError (one line) for an unknown one or none."""
+    """``formats`` without repeats; ConfigError (one line) for an unknown one, none, or one no longer written."""
+    if "torchscript" in formats:
+        raise ConfigError(
+            "export format torchscript (policy.pt, torch.jit.trace) is no longer written: use pt2 (policy.pt2, a "
+            "torch.export ExportedProgram); policy.pt files of earlier exports still load"
+        )
     unknown = [fmt for fmt in formats if fmt not in FORMATS]
     if unknown or not formats:
         raise ConfigError(f"export format must be one of {', '.join(FORMATS)}, got {', '.join(formats) or 'none'}")
@@ -325,7 +365,7 @@ def _write_models(module, obs: np.ndarray, starts: np.ndarray, stateful: bool, f
     for fmt in formats:
         path = tmp / FILE_NAMES[fmt]
         try:
-            export_onnx(module, example, path, *names) if fmt == "onnx" else export_torchscript(module, example, path)
+            export_onnx(module, example, path, *names) if fmt == "onnx" else export_pt2(module, example, path)
         except Exception as error:  # an exporter failing on this module: one line, not its traceback
             _fail(fmt, error)
         differences[fmt] = difference(model_call(fmt, path, names[0]))
@@ -401,22 +441,24 @@ def export_run(
 
 
 def register(app, fail) -> None:
-    """Add ``robopt export RUN_DIR [--format onnx|torchscript|both] [--out DIR] [--force]`` to ``app``."""
+    """Add ``robopt export RUN_DIR [--format onnx|pt2|both] [--out DIR] [--force]`` to ``app``."""
     import typer
 
     @app.command("export")
     def export_command(
         run_dir: Path = typer.Argument(..., help="run directory (runs/<experiment>/<timestamp>)"),
-        fmt: str = typer.Option("both", "--format", help="onnx, torchscript or both"),
+        fmt: str = typer.Option(
+            "both", "--format", help="onnx, pt2 (a torch.export ExportedProgram, policy.pt2) or both"
+        ),
         out: Path | None = typer.Option(None, "--out", help="output directory (default RUN_DIR/export)"),
         force: bool = typer.Option(False, "--force", help="replace an existing export in the output directory"),
         guidance_scale: float | None = typer.Option(
             None, "--guidance-scale", help="Q-guided flow runs (algo qgf): the sampling scale to export (0: plain flow)"
         ),
     ) -> None:
-        """Export the run's deterministic policy (ONNX, TorchScript) with policy.json, checked against torch."""
-        if fmt not in (*FORMATS, "both"):
-            fail(f"--format must be onnx, torchscript or both, got {fmt!r}")
+        """Export the run's deterministic policy (ONNX, torch.export) with policy.json, checked against torch."""
+        if fmt not in (*FORMATS, *LEGACY_FILE_NAMES, "both"):  # torchscript: check_formats names its successor
+            fail(f"--format must be onnx, pt2 or both, got {fmt!r}")
         try:
             report = export_run(
                 run_dir, out, FORMATS if fmt == "both" else (fmt,), force=force, guidance_scale=guidance_scale

@@ -5,7 +5,7 @@ step ``(obs [B, D], state [B, M]) -> (action [B, A], next_state [B, M])``; the c
 at an episode start (the deploy runtime's ``RecurrentPolicy``). In the export directory (``robopt.sim2real.export``
 writes and checks the files):
     policy.onnx   inputs "obs" [B, D] and "state" [B, M] -> outputs "action" [B, A] and "next_state" [B, M]
-    policy.pt     the same step traced with ``torch.jit.trace`` (a tuple out)
+    policy.pt2    the same step as a ``torch.export`` ExportedProgram (a tuple out), B dynamic for both inputs
     parity.npz    "obs" [K, D], "episode_start" [K] (bool), "state" [K, M] (the state each step started from),
                   "action" [K, A]: a K-step sequence of the deterministic policy in the run's env, with its resets
 Each model file is checked twice against torch: stepped through the K steps one at a time carrying its own state
