@@ -73,11 +73,16 @@ class ExportReport:
 
 @contextlib.contextmanager
 def quiet():
-    """Silence the exporters' progress lines, warnings and log messages."""
+    """Silence the exporters' progress lines, warnings and log messages, and the partial graph torch.export prints to
+    stderr before raising (the caller reports the error in one line)."""
     level = logging.root.manager.disable
     logging.disable(logging.WARNING)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
             warnings.simplefilter("ignore")
             yield
     finally:
@@ -330,12 +335,13 @@ def _install(tmp: Path, out_dir: Path) -> None:
     tmp.rmdir()
 
 
-def _fail(fmt: str, error: BaseException) -> None:
-    """An exporter's exception as a one-line ConfigError."""
+def _fail(fmt: str, error: BaseException, module) -> None:
+    """An exporter's exception on ``module`` as a one-line ConfigError naming the format and the module's class (no
+    other exporter is tried in its place)."""
     if isinstance(error, ImportError):
         raise ConfigError(f"{fmt} export needs {error.name}: pip install 'robopt[export]'") from None
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    raise ConfigError(f"{fmt} export failed: {type(error).__name__}: {first}") from None
+    raise ConfigError(f"{fmt} export of {type(module).__name__} failed: {type(error).__name__}: {first}") from None
 
 
 def _batch_parity(module, obs: np.ndarray) -> tuple[dict, tuple, Callable]:
@@ -367,7 +373,7 @@ def _write_models(module, obs: np.ndarray, starts: np.ndarray, stateful: bool, f
         try:
             export_onnx(module, example, path, *names) if fmt == "onnx" else export_pt2(module, example, path)
         except Exception as error:  # an exporter failing on this module: one line, not its traceback
-            _fail(fmt, error)
+            _fail(fmt, error, module)
         differences[fmt] = difference(model_call(fmt, path, names[0]))
         if not differences[fmt] <= TOLERANCE:  # NaN fails too
             raise ConfigError(

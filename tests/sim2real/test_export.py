@@ -194,6 +194,24 @@ def test_failed_check_leaves_no_export(exports, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_module_torch_export_cannot_capture_is_one_line_and_no_fallback(exports, tmp_path, monkeypatch, capsys):
+    """A Python branch on a tensor's value: torch.export refuses the module (data-dependent control flow). The export
+    stops with one line naming the format and the module, writes nothing, and no other exporter takes its place."""
+
+    class Branchy(torch.nn.Module):
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return obs[:, :1] if obs.sum() > 0 else -obs[:, :1]
+
+    run_dir, _ = exports["gaussian"]
+    config, policy, _ = export.load_exportable(run_dir)
+    monkeypatch.setattr(export, "load_exportable", lambda run_dir, guidance_scale: (config, policy, Branchy()))
+    monkeypatch.setattr(torch.jit, "trace", None)  # a fallback to torch.jit.trace would fail with a TypeError
+    with pytest.raises(ConfigError, match=r"^pt2 export of Branchy failed: \w+: .*data-dependent") as error:
+        export.export_run(run_dir, tmp_path / "out", formats=("pt2",))
+    assert "\n" not in str(error.value) and list(tmp_path.iterdir()) == []
+    assert "def forward" not in capsys.readouterr().err  # torch.export's partial graph is not printed
+
+
 def test_policy_without_export_module_is_refused(exports, monkeypatch):
     run_dir, _ = exports["flow"]
     config = load_config(ROOT / "configs" / CONFIGS["flow"])
