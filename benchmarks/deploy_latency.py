@@ -1,10 +1,10 @@
 """Batch-1 CPU latency of an exported Gaussian policy through the runtimes a robot computer would use.
 
 The policy is exported the way ``robopt export`` does it (``robopt.sim2real.export``: ``export_module()`` with
-normalizer and action bounds folded in, ONNX with a dynamic batch axis, TorchScript by ``torch.jit.trace``), then
+normalizer and action bounds folded in, ONNX with a dynamic batch axis, a ``torch.export`` ExportedProgram), then
 each file is loaded back and timed one observation [1, D] at a time:
     eager        : ``export_module()`` under ``torch.inference_mode()`` (a torch tensor in and out)
-    torchscript  : ``torch.jit.load("policy.pt")`` under ``torch.inference_mode()``
+    pt2          : ``torch.export.load("policy.pt2").module()`` under ``torch.inference_mode()``
     onnxruntime  : an ``InferenceSession`` on policy.onnx, CPU provider, 1 intra-op thread, sequential execution,
                    all graph optimizations (a float32 [1, D] array in and out)
 and, per runtime, the whole path a robot loop runs (``numpy`` rows): a float64 [D] sensor array -> float32
@@ -32,12 +32,12 @@ import torch
 from flow_latency import time_runners  # benchmarks/ is the script's directory, so its sibling imports
 
 from robopt.policies import GaussianPolicy
-from robopt.sim2real.export import FILE_NAMES, export_onnx, export_run, export_torchscript, onnx_session
+from robopt.sim2real.export import FILE_NAMES, export_onnx, export_pt2, export_run, load_torch_file, onnx_session
 from robopt.sim2real.sidecar import read_sidecar
 
 
 def exported_files(args, directory: Path) -> tuple[torch.nn.Module, Path, int, str]:
-    """The eager export module, the directory holding policy.onnx and policy.pt, the obs dim, and a source line."""
+    """The eager export module, the directory holding policy.onnx and policy.pt2, the obs dim, and a source line."""
     if args.run_dir is not None:
         from robopt.evaluation import load_policy
 
@@ -51,12 +51,12 @@ def exported_files(args, directory: Path) -> tuple[torch.nn.Module, Path, int, s
     module = policy.export_module().eval()
     example = torch.randn(4, args.obs_dim)
     export_onnx(module, example, directory / FILE_NAMES["onnx"])
-    export_torchscript(module, example, directory / FILE_NAMES["torchscript"])
+    export_pt2(module, example, directory / FILE_NAMES["pt2"])
     source = f"random GaussianPolicy {args.obs_dim} -> {args.action_dim}, hidden {list(args.hidden)}"
     return module, directory, args.obs_dim, source
 
 
-def tensor_calls(module, scripted, session) -> dict[str, object]:
+def tensor_calls(module, program, session) -> dict[str, object]:
     """Each runtime as ``float32 [B, D] array -> float32 [B, A] array`` plus its own-typed call for timing."""
 
     def torch_call(model):
@@ -68,7 +68,7 @@ def tensor_calls(module, scripted, session) -> dict[str, object]:
 
     return {
         "eager": torch_call(module),
-        "torchscript": torch_call(scripted),
+        "pt2": torch_call(program),
         "onnxruntime": lambda x: session.run(None, {"obs": x})[0],
     }
 
@@ -95,12 +95,12 @@ def main() -> None:
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as directory:
         module, files, obs_dim, source = exported_files(args, Path(directory))
-        scripted = torch.jit.load(str(files / FILE_NAMES["torchscript"])).eval()
+        program = load_torch_file("pt2", files / FILE_NAMES["pt2"])
         session = onnx_session(files / FILE_NAMES["onnx"], threads=1)
-    calls = tensor_calls(module, scripted, session)
+    calls = tensor_calls(module, program, session)
     sensor = np.random.default_rng(0).normal(size=obs_dim) * 2  # float64, as a robot's driver delivers it
     model_input = {"eager": torch.from_numpy(sensor.astype(np.float32)[None])}
-    model_input["torchscript"], model_input["onnxruntime"] = model_input["eager"], sensor.astype(np.float32)[None]
+    model_input["pt2"], model_input["onnxruntime"] = model_input["eager"], sensor.astype(np.float32)[None]
     runners, differences = {}, {}
     inputs = np.random.default_rng(1).normal(size=(64, obs_dim)) * 2
     reference = np.stack([robot_path("eager", calls["eager"])(row) for row in inputs])

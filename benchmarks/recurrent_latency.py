@@ -2,11 +2,11 @@
 
 Both are random policies of --obs-dim -> --action-dim (Hopper sizes, 11 -> 3) with --hidden MLP widths; the recurrent
 one has a --cell torso of --state-hidden in front (``policy.recurrent``). Each is exported as ``robopt export`` does
-(``robopt.sim2real.export_state`` for the one with state) and run as the deploy runtime runs it: ``OnnxPolicy`` in a
-1-thread sequential ONNX Runtime session, the recurrent one inside ``RecurrentPolicy`` (a float32 [D] observation in,
-the action out, the state [1, M] carried between calls). The rows take turns in rounds (``flow_latency.time_runners``)
-so load from other processes hits both alike. Printed: median and 99th percentile microseconds per call, and their
-ratio.
+(``robopt.sim2real.export.export_onnx``, with inputs obs and state for the one with state) and run as the deploy
+runtime runs it: ``OnnxPolicy`` in a 1-thread sequential ONNX Runtime session, the recurrent one inside
+``RecurrentPolicy`` (a float32 [D] observation in, the action out, the state [1, M] carried between calls). The rows
+take turns in rounds (``flow_latency.time_runners``) so load from other processes hits both alike. Printed: median
+and 99th percentile microseconds per call, and their ratio.
 
     .venv/bin/python benchmarks/recurrent_latency.py --state-hidden 128 --repeats 20000
 """
@@ -26,7 +26,7 @@ from robopt.policies.memory import RecurrentConfig
 from robopt.policies.gaussian import GaussianPolicyConfig
 from robopt.policies.recurrent import RecurrentGaussianPolicy
 from robopt.sim2real.export import export_onnx
-from robopt.sim2real.export_state import export_onnx_stateful
+from robopt.sim2real.export_state import STATE_INPUT, STATE_OUTPUT
 from robopt.sim2real.model import OnnxPolicy, RecurrentPolicy
 from robopt.sim2real.sidecar import Sidecar
 
@@ -66,7 +66,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         stateful_module, plain_module = recurrent.export_module().eval(), mlp.export_module().eval()
         state_dim = stateful_module.state_dim
-        export_onnx_stateful(stateful_module, example, torch.zeros(4, state_dim), Path(tmp) / "gru.onnx")
+        names = ("obs", STATE_INPUT), ("action", STATE_OUTPUT)
+        export_onnx(stateful_module, (example, torch.zeros(4, state_dim)), Path(tmp) / "gru.onnx", *names)
         export_onnx(plain_module, example, Path(tmp) / "mlp.onnx")
         with_state = RecurrentPolicy(OnnxPolicy(Path(tmp) / "gru.onnx", sidecar(args.obs_dim, args.action_dim,
                                                                                   state_dim)))  # fmt: skip

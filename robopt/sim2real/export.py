@@ -1,9 +1,10 @@
-"""``robopt export``: a run's deterministic policy as ONNX and TorchScript files, checked against torch.
+"""``robopt export``: a run's deterministic policy as ONNX and ``torch.export`` files, checked against torch.
 
 Shapes: K parity observations, B batch, D obs dim, A action dim, H action chunk. The export directory (see
 ``sidecar``) holds
     policy.onnx   input "obs" [B, D] float32 -> output "action" [B, A] float32 ([B, H, A] when H > 1), B dynamic
-    policy.pt     the same module traced with ``torch.jit.trace``
+    policy.pt2    the same module as a ``torch.export`` ExportedProgram (``torch.export.save``; B dynamic through
+                  ``torch.export.Dim``): ``torch.export.load(path).module()`` runs it (format name "pt2")
     parity.npz    "obs" [K, D] float32: what the deterministic policy observed in the run's env at its decisions;
                   "action" [K, A] (or [K, H, A]) float32: the torch module's outputs on them (a deploy runtime
                   re-checks its model against them)
@@ -16,17 +17,26 @@ A policy with an observation history (``policy.history`` K > 1; its env is a ``r
 takes the window [B, K * (D + A)]: obs_dim, obs_low/obs_high (each frame's obs and action bounds) and the parity
 observations are windows, obs_names is null, and the sidecar's ``history`` block gives K, the raw D and A and
 the layout, from which the runtime (``robopt.sim2real.window.HistoryWindow``) builds the window.
+A policy with memory (``policy.recurrent``) is one step (obs, state) -> (action, next_state) with its state in and
+out; ``robopt.sim2real.export_state`` steps it through its parity sequence.
 Everything is written to a temporary directory, each model is reloaded from its file and compared with torch on
 the K observations (batched and one row at a time, max |difference| <= ``TOLERANCE``) and only then moved into
 the output directory.
+
+Exports before pt2 wrote ``policy.pt`` (``torch.jit.trace``, format "torchscript"; torch.jit is deprecated): they
+are no longer written, and ``load_torch_export`` still reads them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import logging
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,13 +44,15 @@ from pathlib import Path
 import numpy as np
 
 from robopt.options import ConfigError
-from robopt.sim2real.export_tools import TOLERANCE, onnx_session, quiet
-from robopt.sim2real.sidecar import DeployError, Sidecar, file_sha256, write_sidecar
+from robopt.sim2real.sidecar import DeployError, Sidecar, check_files, file_sha256, read_sidecar, write_sidecar
 
-FORMATS = ("onnx", "torchscript")
-FILE_NAMES = {"onnx": "policy.onnx", "torchscript": "policy.pt"}
+FORMATS = ("onnx", "pt2")
+FILE_NAMES = {"onnx": "policy.onnx", "pt2": "policy.pt2"}
+LEGACY_FILE_NAMES = {"torchscript": "policy.pt"}  # written by exports before pt2 (torch.jit.trace): read, not written
 PARITY_NAME = "parity.npz"
-EXPORT_NAMES = (*FILE_NAMES.values(), PARITY_NAME, "policy.json")  # what --force replaces in an output directory
+# what --force replaces in an output directory (an earlier export's policy.pt too)
+EXPORT_NAMES = (*FILE_NAMES.values(), *LEGACY_FILE_NAMES.values(), PARITY_NAME, "policy.json")
+TOLERANCE = 1e-5  # max |exported - torch| accepted, per action component
 
 
 @dataclass(frozen=True)
@@ -59,26 +71,121 @@ class ExportReport:
         ]
 
 
-def export_onnx(module, example, path: Path) -> None:
-    """``module`` as ONNX at ``path``: input "obs" [B, D] with a dynamic batch axis, output "action".
+@contextlib.contextmanager
+def quiet():
+    """Silence the exporters' progress lines, warnings and log messages, and the partial graph torch.export prints to
+    stderr before raising (the caller reports the error in one line)."""
+    level = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(level)
 
-    ``example`` [B, D] needs B >= 2 (a batch of one would be baked into the graph as a constant).
+
+def onnx_session(path: Path, threads: int | None = None):
+    """An ONNX Runtime CPU session; ``threads`` pins one intra-op pool size with sequential execution."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads is not None:
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _inputs_and_batch_axes(example) -> tuple[tuple, tuple[dict, ...]]:
+    """``example`` (a tensor or a tuple of tensors) as a tuple, and axis 0 of each as one dynamic batch size B."""
+    import torch
+
+    inputs = example if isinstance(example, tuple) else (example,)
+    batch = torch.export.Dim("batch")
+    return inputs, tuple({0: batch} for _ in inputs)
+
+
+def export_onnx(module, example, path: Path, input_names=("obs",), output_names=("action",)) -> None:
+    """``module`` as ONNX at ``path``: inputs ``input_names`` (default "obs" [B, D]) sharing one dynamic batch axis
+    B, outputs ``output_names``.
+
+    ``example`` (a tensor [B, D] or a tuple of inputs [B, ...]) needs B >= 2 (a batch of one would be baked into the
+    graph as a constant).
     """
     import torch
 
+    inputs, batch_axes = _inputs_and_batch_axes(example)
     with quiet():
         program = torch.onnx.export(
-            module, (example,), dynamo=True, dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
-            input_names=["obs"], output_names=["action"], verbose=False,
-        )  # fmt: skip
+            module,
+            inputs,
+            dynamo=True,
+            dynamic_shapes=batch_axes,
+            input_names=list(input_names),
+            output_names=list(output_names),
+            verbose=False,
+        )
         program.save(str(path))
 
 
-def export_torchscript(module, example, path: Path) -> None:
+def export_pt2(module, example, path: Path) -> None:
+    """``module`` as a ``torch.export`` ExportedProgram at ``path`` (``torch.export.save``), axis 0 of every input
+    one dynamic batch B (``torch.export.Dim``); ``example`` as in ``export_onnx`` (B >= 2)."""
     import torch
 
+    inputs, batch_axes = _inputs_and_batch_axes(example)
     with quiet():
-        torch.jit.trace(module, example).save(str(path))
+        program = torch.export.export(module, inputs, dynamic_shapes=batch_axes)
+    torch.export.save(program, str(path))
+
+
+def load_torch_file(fmt: str, path: Path):
+    """The torch module in ``path``: a "pt2" ExportedProgram's module (``torch.export.load``), or the TorchScript
+    module of a "torchscript" file written by an export before pt2 (``torch.jit.load``, its deprecation silenced)."""
+    import torch
+
+    if fmt == "pt2":
+        return torch.export.load(str(path)).module()
+    if fmt != "torchscript":
+        raise ValueError(f"{fmt!r} is not a torch model format (pt2, torchscript)")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"`torch\.jit\.load` is deprecated", DeprecationWarning)
+        return torch.jit.load(str(path), map_location="cpu")
+
+
+def load_torch_export(directory: Path):
+    """(sidecar, torch module) of an export directory: its policy.pt2 or, from an export before pt2, its policy.pt
+    (TorchScript), after checking the file's sha256 against the sidecar; DeployError (one line) when it has neither.
+    The module maps obs [B, D] -> action (and a policy with memory (obs, state) -> (action, next_state))."""
+    sidecar = read_sidecar(directory)
+    fmt = next((fmt for fmt in ("pt2", *LEGACY_FILE_NAMES) if fmt in sidecar.files), None)
+    if fmt is None:
+        present = ", ".join(sidecar.files)
+        raise DeployError(f"{str(directory)!r} has no torch model (pt2, or torchscript before pt2); formats: {present}")
+    return sidecar, load_torch_file(fmt, check_files(directory, sidecar, fmt))
+
+
+def model_call(fmt: str, path: Path, input_names: Sequence[str] = ("obs",)) -> Callable[..., tuple[np.ndarray, ...]]:
+    """The model file's forward on numpy arrays, ``call(*inputs) -> outputs`` (a tuple), inputs in ``input_names``
+    order: ONNX Runtime for "onnx", torch for "pt2" and "torchscript"."""
+    if fmt == "onnx":
+        session = onnx_session(path)
+        return lambda *inputs: tuple(session.run(None, dict(zip(input_names, inputs))))
+    import torch
+
+    module = load_torch_file(fmt, path)
+
+    def call(*inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        with torch.inference_mode():
+            outputs = module(*(torch.from_numpy(x) for x in inputs))
+        return tuple(output.numpy() for output in (outputs if isinstance(outputs, tuple) else (outputs,)))
+
+    return call
 
 
 def max_difference(call: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, reference: np.ndarray) -> float:
@@ -140,6 +247,12 @@ def _robot_block(env) -> tuple[dict | None, list[str] | None, list[str] | None]:
 
 
 def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
+    """``formats`` without repeats; ConfigError (one line) for an unknown one, none, or one no longer written."""
+    if "torchscript" in formats:
+        raise ConfigError(
+            "export format torchscript (policy.pt, torch.jit.trace) is no longer written: use pt2 (policy.pt2, a "
+            "torch.export ExportedProgram); policy.pt files of earlier exports still load"
+        )
     unknown = [fmt for fmt in formats if fmt not in FORMATS]
     if unknown or not formats:
         raise ConfigError(f"export format must be one of {', '.join(FORMATS)}, got {', '.join(formats) or 'none'}")
@@ -206,21 +319,6 @@ def record_observations(policy, env, steps: int, seed: int) -> tuple[np.ndarray,
     return np.stack(rows), np.asarray(starts, dtype=bool)
 
 
-def _check_model(fmt: str, path: Path, obs: np.ndarray, reference: np.ndarray) -> float:
-    if fmt == "onnx":
-        session = onnx_session(path)
-        call = lambda x: session.run(None, {"obs": x})[0]  # noqa: E731
-    else:
-        import torch
-
-        loaded = torch.jit.load(str(path))
-        call = lambda x: loaded(torch.from_numpy(x)).detach().numpy()  # noqa: E731
-    difference = max_difference(call, obs, reference)
-    if not difference <= TOLERANCE:  # NaN fails too
-        raise ConfigError(f"{fmt} export disagrees with torch: max |difference| {difference:.2e} > {TOLERANCE:g}")
-    return difference
-
-
 def _install(tmp: Path, out_dir: Path) -> None:
     """Move the files of ``tmp`` into ``out_dir`` (replacing a previous export there), the sidecar last."""
     if not out_dir.exists() or not any(out_dir.iterdir()):
@@ -237,31 +335,51 @@ def _install(tmp: Path, out_dir: Path) -> None:
     tmp.rmdir()
 
 
-def _fail(fmt: str, error: BaseException) -> None:
-    """An exporter's exception as a one-line ConfigError."""
+def _fail(fmt: str, error: BaseException, module) -> None:
+    """An exporter's exception on ``module`` as a one-line ConfigError naming the format and the module's class (no
+    other exporter is tried in its place)."""
     if isinstance(error, ImportError):
         raise ConfigError(f"{fmt} export needs {error.name}: pip install 'robopt[export]'") from None
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    raise ConfigError(f"{fmt} export failed: {type(error).__name__}: {first}") from None
+    raise ConfigError(f"{fmt} export of {type(module).__name__} failed: {type(error).__name__}: {first}") from None
 
 
-def _export_stateless(module, obs: np.ndarray, formats, tmp: Path) -> tuple[dict, dict]:
-    """Write and check each format of a memoryless ``module`` in ``tmp``: the parity arrays and, per format, the max
-    |exported - torch|."""
+def _batch_parity(module, obs: np.ndarray) -> tuple[dict, tuple, Callable]:
+    """A memoryless ``module``'s parity arrays (its actions [K, A] or [K, H, A] on obs [K, D]), example input, and
+    ``difference(call)``: max |call - torch| batched and one row at a time."""
     import torch
 
     with torch.inference_mode():
         reference = module(torch.from_numpy(obs)).numpy().astype(np.float32)  # [K, A] or [K, H, A]
     example = torch.from_numpy(obs[:1]).expand(4, -1).contiguous()  # batch 4: the batch axis stays dynamic
+    parity = {"obs": obs, "action": reference}
+    return parity, (example,), lambda call: max_difference(lambda x: call(x)[0], obs, reference)
+
+
+def _write_models(module, obs: np.ndarray, starts: np.ndarray, stateful: bool, formats, tmp: Path):
+    """Write each format of ``module`` in ``tmp``, reload it and check it against torch: the parity arrays, per
+    format the max |exported - torch|, and the state width M (0: memoryless). ConfigError (one line) on a failure."""
+    from robopt.sim2real.export_state import STATE_INPUT, STATE_OUTPUT, sequence_parity
+
+    if stateful:
+        parity, example, difference = sequence_parity(module, obs, starts)
+        names, what = (("obs", STATE_INPUT), ("action", STATE_OUTPUT)), f" over the {len(obs)}-step sequence"
+    else:
+        parity, example, difference = _batch_parity(module, obs)
+        names, what = (("obs",), ("action",)), ""
     differences = {}
     for fmt in formats:
         path = tmp / FILE_NAMES[fmt]
         try:
-            (export_onnx if fmt == "onnx" else export_torchscript)(module, example, path)
+            export_onnx(module, example, path, *names) if fmt == "onnx" else export_pt2(module, example, path)
         except Exception as error:  # an exporter failing on this module: one line, not its traceback
-            _fail(fmt, error)
-        differences[fmt] = _check_model(fmt, path, obs, reference)
-    return {"obs": obs, "action": reference}, differences
+            _fail(fmt, error, module)
+        differences[fmt] = difference(model_call(fmt, path, names[0]))
+        if not differences[fmt] <= TOLERANCE:  # NaN fails too
+            raise ConfigError(
+                f"{fmt} export disagrees with torch{what}: max |difference| {differences[fmt]:.2e} > {TOLERANCE:g}"
+            )
+    return parity, differences, (parity["state"].shape[1] if stateful else 0)
 
 
 def export_run(
@@ -307,12 +425,7 @@ def export_run(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        if stateful:
-            from robopt.sim2real.export_state import export_stateful
-
-            parity, differences, state_dim = export_stateful(module, obs, starts, formats, tmp, FILE_NAMES, _fail)
-        else:
-            (parity, differences), state_dim = _export_stateless(module, obs, formats, tmp), 0
+        parity, differences, state_dim = _write_models(module, obs, starts, stateful, formats, tmp)
         reference = parity["action"]
         np.savez(tmp / PARITY_NAME, **parity)
         files = {fmt: FILE_NAMES[fmt] for fmt in formats}
@@ -335,22 +448,24 @@ def export_run(
 
 
 def register(app, fail) -> None:
-    """Add ``robopt export RUN_DIR [--format onnx|torchscript|both] [--out DIR] [--force]`` to ``app``."""
+    """Add ``robopt export RUN_DIR [--format onnx|pt2|both] [--out DIR] [--force]`` to ``app``."""
     import typer
 
     @app.command("export")
     def export_command(
         run_dir: Path = typer.Argument(..., help="run directory (runs/<experiment>/<timestamp>)"),
-        fmt: str = typer.Option("both", "--format", help="onnx, torchscript or both"),
+        fmt: str = typer.Option(
+            "both", "--format", help="onnx, pt2 (a torch.export ExportedProgram, policy.pt2) or both"
+        ),
         out: Path | None = typer.Option(None, "--out", help="output directory (default RUN_DIR/export)"),
         force: bool = typer.Option(False, "--force", help="replace an existing export in the output directory"),
         guidance_scale: float | None = typer.Option(
             None, "--guidance-scale", help="Q-guided flow runs (algo qgf): the sampling scale to export (0: plain flow)"
         ),
     ) -> None:
-        """Export the run's deterministic policy (ONNX, TorchScript) with policy.json, checked against torch."""
-        if fmt not in (*FORMATS, "both"):
-            fail(f"--format must be onnx, torchscript or both, got {fmt!r}")
+        """Export the run's deterministic policy (ONNX, torch.export) with policy.json, checked against torch."""
+        if fmt not in (*FORMATS, *LEGACY_FILE_NAMES, "both"):  # torchscript: check_formats names its successor
+            fail(f"--format must be onnx, pt2 or both, got {fmt!r}")
         try:
             report = export_run(
                 run_dir, out, FORMATS if fmt == "both" else (fmt,), force=force, guidance_scale=guidance_scale

@@ -12,7 +12,8 @@ Torch-free (stdlib only). Fields (format_version 2; version 1 files, without ``r
     action_low, action_high   action bounds (lists); the exported model already clamps or squashes into them
     control_period     seconds per control tick (the env's dt)
     action_chunk       H actions per model call (1: one action; the model's output is [B, H, A] when H > 1)
-    files              {"onnx": "policy.onnx", "torchscript": "policy.pt"}: the formats present
+    files              {"onnx": "policy.onnx", "pt2": "policy.pt2"}: the formats present (MODEL_FORMATS; exports
+                       before pt2 hold "torchscript": "policy.pt", still read)
     files_sha256       {file name: sha256 hex} of each model file
     weights_sha256     sha256 of the policy weights (state dict tensors in key order)
     onnx_input, onnx_output   tensor names in the ONNX graph ("obs" [B, obs_dim] float32 -> "action")
@@ -41,6 +42,8 @@ from pathlib import Path
 FORMAT, FORMAT_VERSION, SIDECAR_NAME = "robopt-policy", 2, "policy.json"
 READABLE_VERSIONS = (1, 2, 3)  # version 2 added ``robot``; 3 is a policy with memory (``state_dim`` > 0)
 HISTORY_LAYOUT = "frames oldest first: [obs, previous action]"  # robopt.envs.history.LAYOUT
+# "pt2": a torch.export ExportedProgram; "torchscript": torch.jit.trace, written by exports before pt2 (read only)
+MODEL_FORMATS = ("onnx", "pt2", "torchscript")
 
 
 class DeployError(ValueError):
@@ -175,8 +178,8 @@ def check_sidecar(s: Sidecar) -> None:
     period = s.control_period
     if not isinstance(period, (int, float)) or isinstance(period, bool) or not 0.0 < period < math.inf:
         _fail(f"control_period must be a positive number of seconds, got {period!r}")
-    if not isinstance(s.files, dict) or not s.files or not set(s.files) <= {"onnx", "torchscript"}:
-        _fail(f"files must map onnx and/or torchscript to file names, got {s.files!r}")
+    if not isinstance(s.files, dict) or not s.files or not set(s.files) <= set(MODEL_FORMATS):
+        _fail(f"files must map some of {', '.join(MODEL_FORMATS)} to file names, got {s.files!r}")
     if s.history is not None:
         _check_history(s)
 

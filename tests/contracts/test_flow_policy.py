@@ -217,17 +217,19 @@ def test_cfm_loss_stored_at_act_time_by_hand():
     torch.testing.assert_close(info["cfm_loss"], (0.5 * x_t - (y - z)).square().mean(-1))
 
 
-# ---------------------------------------------------------------- export: TorchScript and ONNX Runtime
+# ---------------------------------------------------------------- export: torch.export and ONNX Runtime
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.trace:DeprecationWarning")
-def test_torchscript_trace_matches_eager_on_another_batch_size():
+def test_torch_export_matches_eager_on_other_batch_sizes(tmp_path):
+    from robopt.sim2real.export import export_pt2, load_torch_file
+
     policy = make_policy(steps=3, integrator="midpoint")
     exported = policy.export_module().eval()
-    traced = torch.jit.trace(exported, torch.randn(1, D))
-    for batch in (7, 64):
+    export_pt2(exported, torch.randn(4, D), tmp_path / "policy.pt2")  # exported at batch 4, the batch axis dynamic
+    loaded = load_torch_file("pt2", tmp_path / "policy.pt2")
+    for batch in (1, 7, 64):  # the program's aten ops against eager: equal up to float rounding
         obs = torch.randn(batch, D) * 4
-        torch.testing.assert_close(traced(obs), exported(obs), rtol=0, atol=1e-6)
+        torch.testing.assert_close(loaded(obs), exported(obs), rtol=0, atol=1e-6)
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")  # torch.export's own pytree deprecation

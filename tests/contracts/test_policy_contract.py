@@ -83,7 +83,7 @@ def test_log_prob_consistent_with_log_ratio(policy):
     torch.testing.assert_close(policy.log_prob(obs, action, info), info["log_prob"])
 
 
-def test_export_parity_and_statelessness(policy):
+def test_export_parity_and_statelessness(policy, tmp_path):
     obs = torch.randn(B, D) * 4
     exported = policy.export_module()
     deterministic, _ = policy.act(obs, deterministic=True)
@@ -92,8 +92,10 @@ def test_export_parity_and_statelessness(policy):
     assert all(not p.requires_grad for p in exported.parameters())
     policy.normalizer.update(torch.randn(50, D) * 10)  # the export is a snapshot: later updates do not leak in
     torch.testing.assert_close(exported(obs), expected, rtol=1e-6, atol=1e-6)
-    scripted = torch.jit.trace(exported, obs[:1])
-    torch.testing.assert_close(scripted(obs), expected, rtol=1e-6, atol=1e-6)
+    from robopt.sim2real.export import export_pt2, load_torch_file
+
+    export_pt2(exported, obs[:4], tmp_path / "policy.pt2")  # exported at batch 4, run at B: the batch axis is dynamic
+    torch.testing.assert_close(load_torch_file("pt2", tmp_path / "policy.pt2")(obs), expected, rtol=1e-6, atol=1e-6)
 
 
 def test_gaussian_log_prob_matches_torch_distributions():
