@@ -33,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from robopt.config import ExperimentConfig, build_dataclass, config_to_dict
+from robopt.config import build_dataclass, config_to_dict
+from robopt.experiment import ExperimentConfig
 from robopt.experiment import load_config
 from robopt.runner import train
 

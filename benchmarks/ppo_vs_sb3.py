@@ -67,7 +67,8 @@ def make_sb3(env_id: str, num_envs: int, seed: int, normalized: bool):
 
 def make_robopt(env_id: str, num_envs: int, seed: int, normalized: bool, compile_step: bool = False):
     from robopt.build import build_loop
-    from robopt.config import ExperimentConfig, build_dataclass
+    from robopt.config import build_dataclass
+    from robopt.experiment import ExperimentConfig
 
     algo = {"name": "ppo", "learning_rate": 3e-4, "lr_schedule": "constant", "epochs": 10, "minibatch_size": 64,
             "ratio": {"name": "clip", "clip_low": 0.2}, "value_coef": 1.0, "max_grad_norm": 0.5,

@@ -14,14 +14,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from robopt.build import (
-    LAST_CHECKPOINT,
     available_device,
     build_env,
     build_policy,
     evaluation_env_options,
     resolve_torch_threads,
 )
-from robopt.checkpoint import load_checkpoint
+from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
 from robopt.config import ConfigError
 from robopt.envs.render import DEFAULT_HEIGHT, DEFAULT_WIDTH, NativeRowRenderer, gymnasium_camera_kwargs
 from robopt.experiment import ExperimentConfig, load_run_config

@@ -11,7 +11,8 @@ import pytest
 from robopt.algorithms.kinds import on_policy_variant
 from robopt.algorithms.onpolicy import LoopHooks
 from robopt.build import build_loop
-from robopt.config import ConfigError, load_config
+from robopt.config import ConfigError
+from robopt.experiment import load_config
 from robopt.llm.env import PromptEnv
 from robopt.llm.group_sampling import GroupSampling, TaskCounters
 from robopt.llm.objective import token_terms
