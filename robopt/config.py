@@ -91,7 +91,8 @@ class Section:
     registered later are seen. ``noun`` names a choice in messages ("algorithm"). ``runs_as(config)`` returns
     the kind of loop this section makes the run (or None), and ``loop(config, initialize)`` builds that loop: the
     builder dispatches on them. ``env_options(config)`` returns keyword options this section gives the env's
-    constructor (the robot's description and task), or {}.
+    constructor (the robot's description and task), or {}. ``migrate(data)`` turns the raw mapping of a run config
+    saved by an earlier robopt (keys since renamed or removed) into today's, for ``parse_run_config``.
     """
 
     name: str
@@ -103,6 +104,7 @@ class Section:
     runs_as: Callable[[Any], str | None] | None = None
     loop: Callable[..., Any] | None = None
     env_options: Callable[[Any], dict] | None = None
+    migrate: Callable[[dict], dict] | None = None
 
     def default_value(self) -> Any:
         return self.choices[self.default]() if self.choices is not None else self.config_cls()
@@ -332,7 +334,11 @@ def parse_run_config(cls: type, run_dir: str | Path) -> Any:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
-    return build_dataclass(cls, yaml.safe_load(path.read_text()))
+    data = yaml.safe_load(path.read_text()) or {}
+    for section in _table(cls).values():  # a run saved by an earlier robopt: its renamed and removed keys
+        if section.migrate is not None:
+            data = section.migrate(data)
+    return build_dataclass(cls, data)
 
 
 def config_to_dict(config: Any) -> dict:

@@ -20,10 +20,10 @@ from robopt.algorithms import ALGO_CONFIGS, ALGORITHMS, AlgorithmSpec, RolloutCo
 from robopt.build import ALGORITHM_KINDS, build_algorithm_loop
 from robopt.config import Experiment, Section, check_sections, parse_config_file, parse_run_config
 from robopt.envs import BACKENDS
-from robopt.envs.robot.config import RobotConfig, TaskConfig, robot_env_options
+from robopt.envs.robot.config import RobotConfig, TaskConfig, migrate_task, robot_env_options
 from robopt.fleet.build import build_fleet_loop
 from robopt.fleet.config import FleetConfig, fleet_kind
-from robopt.llm.group_sampling import GroupConfig
+from robopt.llm.group_sampling import GroupConfig, migrate_group
 from robopt.policies import POLICIES, CriticConfig, PolicySpec
 
 __all__ = ["FEATURES", "SECTIONS", "ExperimentConfig", "Features", "load_config", "load_run_config"]
@@ -39,10 +39,10 @@ SECTIONS: tuple[Section, ...] = check_sections((
             choices={name: spec.config_cls for name, spec in POLICIES.items()}, default="gaussian", noun="policy"),
     Section("critic", "value critic", config_cls=CriticConfig),
     Section("group", "language runs: group-relative advantages (GRPO, RLOO, Dr. GRPO), DAPO's dynamic sampling",
-            config_cls=GroupConfig),
+            config_cls=GroupConfig, migrate=migrate_group),
     Section("robot", "a robot from its description (env.id: robot)", config_cls=RobotConfig,
             env_options=robot_env_options),
-    Section("task", "a task from terms for the robot (env.id: robot)", config_cls=TaskConfig),
+    Section("task", "a task from terms for the robot (env.id: robot)", config_cls=TaskConfig, migrate=migrate_task),
     Section("fleet", "fleet: robots on Ray feeding one SAC/TD3 learner (num_robots > 0)", config_cls=FleetConfig,
             runs_as=fleet_kind, loop=LOOP_KINDS["fleet"]),
 ))  # fmt: skip

@@ -53,6 +53,25 @@ class GroupConfig:
             )
 
 
+RENAMED = {"group_std": "normalize_std", "leave_one_out": "leave_one_out", "dynamic_sampling": "dynamic_sampling",
+           "refill_rounds": "refill_rounds"}  # fmt: skip
+
+
+def migrate_group(data: dict) -> dict:
+    """A run config saved before the group options left ``rollout``: ``rollout.advantage: group|gae`` becomes
+    ``group.enabled``, ``rollout.group_std`` ``group.normalize_std``, and the others keep their names in ``group``."""
+    rollout = data.get("rollout")
+    if not isinstance(rollout, dict) or not ({"advantage", *RENAMED} & set(rollout)):
+        return data
+    rollout, group = dict(rollout), dict(data.get("group") or {})
+    if "advantage" in rollout:
+        group["enabled"] = rollout.pop("advantage") == "group"
+    for old, new in RENAMED.items():
+        if old in rollout:
+            group[new] = rollout.pop(old)
+    return {**data, "rollout": rollout, "group": group}
+
+
 def hooks_for(group: GroupConfig, env) -> TaskCounters:
     """The loop's hooks of a language run on ``env``: group sampling when ``group.enabled``, else the task counters."""
     return GroupSampling(group, env) if group.enabled else TaskCounters()

@@ -82,7 +82,10 @@ def observation_from_sidecar(robot: dict | None, topics: dict | None, cmd_vel: d
     typed: set[str] = set()  # a topic's message type is given on its first entry
     entries = []
     for term in terms:
-        deploy = term.get("deploy")
+        if "deploy" not in term:
+            raise ConfigError("robot.observation: this policy.json was written before the sidecar carried each term's "
+                              "deploy source; export the run again (robopt export RUN --force)")  # fmt: skip
+        deploy = term["deploy"]
         if not deploy:
             raise ConfigError(f"robot.observation: the policy's term {term['name']!r} has no ROS 2 source (its "
                               "declaration names no deploy source); write robot.observation by hand "

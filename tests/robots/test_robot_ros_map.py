@@ -148,7 +148,9 @@ def test_bad_maps_are_one_line(walked):
     _, _, block = walked
     terms = block["observation"]["terms"]
     no_command = with_terms(block, [t for t in terms if t["name"] != "velocity_command"])
-    feet = with_terms(block, [*terms, {"name": "feet_contact", "size": 4, "scale": [1.0] * 4, "clip": None}])
+    feet = with_terms(block, [*terms, {"name": "feet_contact", "size": 4, "scale": [1.0] * 4, "clip": None,
+                                       "deploy": None}])  # fmt: skip
+    old_export = with_terms(block, [{k: v for k, v in t.items() if k != "deploy"} for t in terms])
     hand_written = [{"topic": "/a", "type": "std_msgs/Float64MultiArray", "field": "data"}]
     # fmt: off
     cases = [
@@ -160,6 +162,7 @@ def test_bad_maps_are_one_line(walked):
         (block, targets(type="geometry_msgs/Twist"), 48, "Twist cannot carry joint positions"),
         (block, targets(type="sensor_msgs/JointState", field="effort"), 48, "JointState's position, not 'effort'"),
         (feet, section(), 52, "the policy's term 'feet_contact' has no ROS 2 source"),
+        (old_export, section(), 48, "written before the sidecar carried each term's deploy source; export the run"),
         ({**block, "command": {**block["command"], "deploy": None}}, section(), 48,
          "the policy observes a command (type velocity) but its sidecar records no message"),
         (None, section(), 48, "from_sidecar needs a policy of a robot from its description"),

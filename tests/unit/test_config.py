@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from robopt.config import ConfigError, build_dataclass, config_to_dict
 from robopt.experiment import ExperimentConfig, load_config
@@ -134,3 +135,24 @@ def test_extends_errors_are_one_line(tmp_path) -> None:
     bad = _write(tmp_path, "bad.yaml", "extends: [a, b]\n")
     with pytest.raises(ConfigError, match=r"extends must be the path of another config file"):
         load_config(bad)
+
+
+def test_a_run_saved_by_an_earlier_robopt_still_loads(tmp_path):
+    # issue 52 moved the group options out of rollout (rollout.advantage -> group.enabled) and removed task.history;
+    # a run directory saved before that still loads for eval, resume and init_from (each section's migrate)
+    from robopt.config import config_to_dict
+    from robopt.experiment import ExperimentConfig, load_run_config
+
+    data = config_to_dict(ExperimentConfig())
+    del data["group"]
+    data["rollout"].update(advantage="group", group_std=False, leave_one_out=True, dynamic_sampling=False,
+                           refill_rounds=0)  # fmt: skip
+    data["task"]["history"] = 1
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
+    config = load_run_config(tmp_path)
+    assert config.group.enabled and not config.group.normalize_std and config.group.leave_one_out
+    assert "advantage" not in config_to_dict(config)["rollout"] and "history" not in config_to_dict(config)["task"]
+    data["task"]["history"] = 3  # a window the task no longer builds: one line, not a different policy
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"this run used task.history=3, the task-level window robopt no longer"):
+        load_run_config(tmp_path)

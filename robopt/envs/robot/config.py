@@ -172,3 +172,17 @@ def robot_env_options(config) -> dict:
     if not robot.mjcf:
         raise ConfigError(f"env.id: {ROBOT_ENV_ID} needs robot.mjcf (a path, robopt:<name> or menagerie:<dir>/<file>)")
     return {"robot": robot, "task": task}
+
+
+def migrate_task(data: dict) -> dict:
+    """A run config saved before the task lost its own observation window: ``task.history`` goes (1 was the default;
+    a run that stacked K > 1 frames there cannot be rebuilt as it was: one line saying what replaces it)."""
+    task = data.get("task")
+    if not isinstance(task, dict) or "history" not in task:
+        return data
+    if task["history"] not in (1, None):
+        raise ConfigError(
+            f"this run used task.history={task['history']}, the task-level window robopt no longer has; its policy "
+            "cannot be rebuilt: train again with policy.history (the one window the export and the runtime share)"
+        )
+    return {**data, "task": {key: value for key, value in task.items() if key != "history"}}
