@@ -65,9 +65,12 @@ def build_env(config: Experiment, num_envs: int | None = None, policy_side: bool
     from_sections = section_env_options(config)
     try:
         env = make_env(
-            config.env.id, num_envs or config.env.num_envs, backend=config.env.backend, device=config.device,
+            config.env.id,
+            num_envs or config.env.num_envs,
+            backend=config.env.backend,
+            device=config.device,
             **{**config.env.kwargs, **from_sections, **extra},
-        )  # fmt: skip
+        )
     except (ValueError, TypeError) as error:
         raise ConfigError(f"env.id={config.env.id!r}: {error}") from None
     try:
@@ -106,8 +109,11 @@ def _observe(config: Experiment, env):
     if not config.env.observe:
         return env
     if hasattr(env, "compute_reward") or config.env.id == "robot":
-        what = "goal tasks: hindsight relabelling needs the raw goal layout" if hasattr(env, "compute_reward") else (
-            "a robot from its description: choose its task.observations terms instead")  # fmt: skip
+        what = (
+            "goal tasks: hindsight relabelling needs the raw goal layout"
+            if hasattr(env, "compute_reward")
+            else ("a robot from its description: choose its task.observations terms instead")
+        )
         raise ConfigError(f"env.observe={list(config.env.observe)}: not supported on {config.env.id} ({what})")
     from robopt.envs.observe import ObservationSelectEnv
 
@@ -162,17 +168,19 @@ ALGORITHM_KINDS = ("on_policy", "off_policy", "pretrain")  # the kinds build_alg
 def _claimed_kinds(config: Experiment) -> list[tuple[str, object]]:
     """(kind, loop builder) of each config section that claims the run (``Section.runs_as``: the fleet's)."""
     return [
-        (kind, section.loop) for section in sections_of(config).values()
+        (kind, section.loop)
+        for section in sections_of(config).values()
         if section.runs_as and (kind := section.runs_as(config))
-    ]  # fmt: skip
+    ]
 
 
 def run_kind(config: Experiment) -> str:
     """The run's kind: the one a config section claims (``fleet`` with robots), else the algorithm's."""
     claimed = _claimed_kinds(config)
     if len(claimed) > 1:
-        raise ConfigError(f"config sections claim more than one run kind ({', '.join(k for k, _ in claimed)}); "
-                          "configure one")  # fmt: skip
+        raise ConfigError(
+            f"config sections claim more than one run kind ({', '.join(k for k, _ in claimed)}); configure one"
+        )
     return claimed[0][0] if claimed else ALGORITHMS[algorithm_name(config)].kind
 
 
@@ -225,8 +233,11 @@ def build_algorithm_loop(config: Experiment, initialize: bool = False, collectiv
             if initialize and (config.init_from or config.init_critic_from):
                 loaded = initialize_critics(loop.algorithm, config)
                 if not loaded and collective.rank == 0:  # a behaviour-cloning source: said once, the run goes on
-                    print(f"robopt: init_from={config.init_from!r} holds no Q critics (a behaviour-cloning run?): "
-                          "the critics start fresh", flush=True)  # fmt: skip
+                    print(
+                        f"robopt: init_from={config.init_from!r} holds no Q critics (a behaviour-cloning run?): "
+                        "the critics start fresh",
+                        flush=True,
+                    )
             if config.init_from and config.init_normalizer == "frozen":
                 loop.normalizer = None  # the pretrained policy's statistics stay those it was trained under
         if collective.world_size > 1:

@@ -163,9 +163,11 @@ def evaluate(
         result = evaluate_run(run_dir, episodes, seed)
     except ConfigError as error:
         _fail(str(error))
-    typer.echo(f"return {result.mean_return:.1f} +- {result.std_return:.1f} over {episodes} episodes "
-               f"(mean length {result.mean_length:.0f})"
-               + ("" if result.success_rate is None else f", success rate {result.success_rate:.2f}"))  # fmt: skip
+    typer.echo(
+        f"return {result.mean_return:.1f} +- {result.std_return:.1f} over {episodes} episodes "
+        f"(mean length {result.mean_length:.0f})"
+        + ("" if result.success_rate is None else f", success rate {result.success_rate:.2f}")
+    )
     if pass_k:
         from robopt.commands.pass_at_k import pass_at_k
 
@@ -224,9 +226,17 @@ def collect(
         _fail("missing --out NAME (the dataset name, e.g. pendulum/expert)")
     try:
         result = collect_demonstrations(
-            out, episodes, run_dir=run_dir, expert=expert, action_noise=action_noise, root=root, force=force,
-            seed=seed, num_envs=envs, progress=not no_progress,
-        )  # fmt: skip
+            out,
+            episodes,
+            run_dir=run_dir,
+            expert=expert,
+            action_noise=action_noise,
+            root=root,
+            force=force,
+            seed=seed,
+            num_envs=envs,
+            progress=not no_progress,
+        )
     except ConfigError as error:
         _fail(str(error))
     except KeyboardInterrupt:
@@ -250,8 +260,10 @@ def list_registered() -> None:
     from robopt.envs.robot.library import describe
     from robopt.envs.robot.mjcf import shipped_robots
 
-    typer.echo("robots:     env.id robot with robot.mjcf: your MJCF, menagerie:<dir>/<file>, or shipped: "
-               + ", ".join(f"robopt:{name}" for name in shipped_robots()))  # fmt: skip
+    typer.echo(
+        "robots:     env.id robot with robot.mjcf: your MJCF, menagerie:<dir>/<file>, or shipped: "
+        + ", ".join(f"robopt:{name}" for name in shipped_robots())
+    )
     for kind, heading in (("observation", "observations"), ("reward", "rewards"), ("termination", "terminations")):
         typer.echo(f"task.{heading}: " + ", ".join(name for name, _ in describe(kind)))
 

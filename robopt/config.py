@@ -60,7 +60,7 @@ class EnvConfig:
     kwargs: dict = option({}, "extra keyword arguments passed to the env constructor")
     observe: tuple[int, ...] = option(
         (), "keep only these observation indices, in this order (a partially observed variant); empty: all"
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)
@@ -70,9 +70,10 @@ class LogConfig:
     progress: bool = option(True, "show a live progress bar")
     eval_episodes: int = option(10, "episodes for the evaluation at the end of training (0 disables)")
     eval_every: int = option(
-        0, "env steps between deterministic evaluations during training (log.eval_episodes episodes, the final "
-        "evaluation's seeds), logged as eval_return; their time is excluded from wall_time (0: none)"
-    )  # fmt: skip
+        0,
+        "env steps between deterministic evaluations during training (log.eval_episodes episodes, the final "
+        "evaluation's seeds), logged as eval_return; their time is excluded from wall_time (0: none)",
+    )
 
     def __post_init__(self) -> None:
         if self.eval_every < 0 or self.eval_episodes < 0:
@@ -156,13 +157,16 @@ class Experiment:
     init_from: str = option("", "start from this run directory's policy (weights and normalizer; e.g. a BC run)")
     critic_warmup: int = option(0, "with init_from: iterations that fit the fresh critic with the actor frozen")
     init_critic_from: str = option(
-        "", "off-policy: load the Q critics (and V) from this run directory instead of init_from's (e.g. an "
-        "offline IQL run's critics for a flow cloned in another run)"
-    )  # fmt: skip
+        "",
+        "off-policy: load the Q critics (and V) from this run directory instead of init_from's (e.g. an "
+        "offline IQL run's critics for a flow cloned in another run)",
+    )
     init_normalizer: str = option(
-        "frozen", "with init_from: keep the pretrained policy's observation statistics 'frozen' (those it was "
-        "trained under) or 'update' them from the rollouts as a fresh run does", ("frozen", "update"),
-    )  # fmt: skip
+        "frozen",
+        "with init_from: keep the pretrained policy's observation statistics 'frozen' (those it was "
+        "trained under) or 'update' them from the rollouts as a fresh run does",
+        ("frozen", "update"),
+    )
 
     def __post_init__(self) -> None:
         if self.critic_warmup < 0:

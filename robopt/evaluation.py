@@ -314,9 +314,14 @@ class FrameProgress:
         self._start = time.monotonic()
         if self.enabled and self._console.is_terminal:
             self._bar = Progress(
-                TextColumn("[bold]video"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TimeRemainingColumn(), console=self._console, transient=True,
-            )  # fmt: skip
+                TextColumn("[bold]video"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=self._console,
+                transient=True,
+            )
             self._bar.__enter__()
             self._task = self._bar.add_task("video", total=self.total)
         return self

@@ -81,8 +81,14 @@ def _checkpoint_state(loop, config: ExperimentConfig, wall_time: float, collecti
     ranks = collective.gather_objects(own)
     if not collective.is_writer:
         return None
-    return {"loop": state, "rng": rng_state(), "config": config_to_dict(config), "wall_time": wall_time,
-            "world_size": collective.world_size, "ranks": ranks}  # fmt: skip
+    return {
+        "loop": state,
+        "rng": rng_state(),
+        "config": config_to_dict(config),
+        "wall_time": wall_time,
+        "world_size": collective.world_size,
+        "ranks": ranks,
+    }
 
 
 def _load_checkpoint_state(loop, checkpoint: dict, collective: Collective, run_dir: Path) -> None:

@@ -101,9 +101,14 @@ def dppo_loss(policy, critic, batch: RolloutBatch, rows, step, config: DPPOConfi
     log_ratio = policy.log_ratio(obs, None, info)  # [b, 1]
     kl = policy.kl(obs, info) if control.name == "kl_penalty_adaptive" else None
     policy_loss, metrics = surrogate(
-        log_ratio, batch.advantage[rows], control, weight=weights[step].unsqueeze(-1), kl=kl,
-        with_metrics=with_metrics, clip_range=clips[step].unsqueeze(-1),
-    )  # fmt: skip
+        log_ratio,
+        batch.advantage[rows],
+        control,
+        weight=weights[step].unsqueeze(-1),
+        kl=kl,
+        with_metrics=with_metrics,
+        clip_range=clips[step].unsqueeze(-1),
+    )
     value = critic(batch.critic_input[rows])
     squared_error = value_error(
         value, batch.return_target[rows], batch.value[rows], config.value_clip if config.value_clip > 0 else None
@@ -197,9 +202,9 @@ class DPPO:
     @torch.no_grad()
     def _drift(self, batch: RolloutBatch, rows_per_pass: int = 4096) -> dict[str, torch.Tensor]:
         """Ratio drift over every (env step, denoising step) of the batch after the update, in row blocks."""
-        log_ratio = torch.cat([
-            self.policy.log_ratio(part.obs, part.action, part.policy_info) for part in batch.split(rows_per_pass)
-        ])  # fmt: skip
+        log_ratio = torch.cat(
+            [self.policy.log_ratio(part.obs, part.action, part.policy_info) for part in batch.split(rows_per_pass)]
+        )
         return ratio_metrics(log_ratio)
 
     def state_dict(self) -> dict:

@@ -103,9 +103,15 @@ class EXPO(NamedState):
         alpha_loss = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
         optimizer_step(self.alpha_optimizer, alpha_loss, self.collective)
         polyak_update(self.target_critic.parameters(), self.critic.parameters(), config.tau)
-        return {"critic_loss": critic_loss.detach(), "flow_loss": flow_loss.detach(), "edit_loss": edit_loss.detach(),
-                "alpha": alpha, "edit_entropy": -log_prob.detach().mean(), "q_mean": q.detach().mean(),
-                "td_error": td_error}  # fmt: skip
+        return {
+            "critic_loss": critic_loss.detach(),
+            "flow_loss": flow_loss.detach(),
+            "edit_loss": edit_loss.detach(),
+            "alpha": alpha,
+            "edit_entropy": -log_prob.detach().mean(),
+            "q_mean": q.detach().mean(),
+            "td_error": td_error,
+        }
 
 
 def build_expo_loop(config: EXPOConfig, env, policy, seed: int = 0, env_id: str = "") -> OffPolicyLoop:

@@ -114,9 +114,15 @@ class FQL(NamedState):
             actor_loss = flow_loss + config.alpha * distill + q_loss
             optimizer_step(self.actor_optimizer, actor_loss, self.collective)
         polyak_update(self.target_critic.parameters(), self.critic.parameters(), config.tau)
-        return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "flow_loss": flow_loss.detach(),
-                "distill_loss": distill.detach(), "q_loss": q_loss.detach(), "q_mean": q.detach().mean(),
-                "td_error": td_error}  # fmt: skip
+        return {
+            "critic_loss": critic_loss.detach(),
+            "actor_loss": actor_loss.detach(),
+            "flow_loss": flow_loss.detach(),
+            "distill_loss": distill.detach(),
+            "q_loss": q_loss.detach(),
+            "q_mean": q.detach().mean(),
+            "td_error": td_error,
+        }
 
 
 def build_fql_loop(config: FQLConfig, env, policy, seed: int = 0, env_id: str = "") -> OffPolicyLoop:

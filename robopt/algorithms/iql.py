@@ -98,9 +98,16 @@ class IQL(NamedState):
         actor_loss = (weights * self.policy.imitation_loss(obs, action)).mean()
         optimizer_step(self.actor_optimizer, actor_loss, self.collective)
         polyak_update(self.target_critic.parameters(), self.critic.parameters(), config.tau)
-        return {"value_loss": value_loss.detach(), "critic_loss": critic_loss.detach(),
-                "actor_loss": actor_loss.detach(), "q_mean": q.detach().mean(), "v_mean": v.detach().mean(),
-                "advantage_mean": advantage.mean(), "weight_mean": weights.mean(), "td_error": td_error}  # fmt: skip
+        return {
+            "value_loss": value_loss.detach(),
+            "critic_loss": critic_loss.detach(),
+            "actor_loss": actor_loss.detach(),
+            "q_mean": q.detach().mean(),
+            "v_mean": v.detach().mean(),
+            "advantage_mean": advantage.mean(),
+            "weight_mean": weights.mean(),
+            "td_error": td_error,
+        }
 
 
 def build_iql_loop(config: IQLConfig, env, policy, seed: int = 0, env_id: str = "") -> OffPolicyLoop:

@@ -53,10 +53,18 @@ def on_policy(make: Callable) -> Callable:
         algorithm = make(config.algo, policy, critic, **({} if loss_terms is None else {"loss_terms": loss_terms}))
         frozen_statistics = bool(config.init_from) and config.init_normalizer == "frozen"
         return OnPolicyLoop(
-            env, policy, critic, algorithm, config.rollout, seed=seed, critic_warmup=config.critic_warmup,
-            privileged=config.critic.privileged, update_policy_normalizer=not frozen_statistics,
-            collective=collective, hooks=hooks,
-        )  # fmt: skip
+            env,
+            policy,
+            critic,
+            algorithm,
+            config.rollout,
+            seed=seed,
+            critic_warmup=config.critic_warmup,
+            privileged=config.critic.privileged,
+            update_policy_normalizer=not frozen_statistics,
+            collective=collective,
+            hooks=hooks,
+        )
 
     build.make = make  # the update's constructor, for scripts that assemble a loop by hand (benchmarks/fpo_cost.py)
     return build
@@ -103,14 +111,21 @@ def build_critic(config, env) -> torch.nn.Module:
     memory = policy_memory(config.policy)
     if memory is not None:  # its own torso of the actor's kind (rsl_rl's and SB3-contrib's)
         critic = RecurrentValueCritic(
-            input_dim, memory, c.hidden, c.activation, normalize_obs=config.policy.normalize_obs,
+            input_dim,
+            memory,
+            c.hidden,
+            c.activation,
+            normalize_obs=config.policy.normalize_obs,
             orthogonal_init=config.policy.orthogonal_init,
-        )  # fmt: skip
+        )
         return critic.to(config.device)
     critic = ValueCritic(
-        input_dim, c.hidden, c.activation, normalize_obs=getattr(config.policy, "normalize_obs", True),
+        input_dim,
+        c.hidden,
+        c.activation,
+        normalize_obs=getattr(config.policy, "normalize_obs", True),
         orthogonal_init=getattr(config.policy, "orthogonal_init", True),
-    )  # fmt: skip
+    )
     return critic.to(config.device)
 
 

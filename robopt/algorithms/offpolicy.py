@@ -45,11 +45,15 @@ class OffPolicySchedule:
     priority_alpha: float = option(0.6, "prioritized replay: priority exponent alpha in [0, 1]")
     priority_beta: float = option(0.4, "prioritized replay: initial importance exponent beta in [0, 1], annealed to 1")
     n_step: int = option(1, "n-step returns (1: one-step targets)")
-    her_strategy: str = option("none", "hindsight relabelling of goals (goal tasks only)",
-                               ("none", "future", "final", "episode"))  # fmt: skip
+    her_strategy: str = option(
+        "none", "hindsight relabelling of goals (goal tasks only)", ("none", "future", "final", "episode")
+    )
     her_k: float = option(4.0, "hindsight: relabelled goals per real goal (4: 80% of samples relabelled)")
-    dataset: str = option("", "Minari dataset (id or directory) written into the replay before the first env step: "
-                          "offline RL and offline-to-online fine-tuning ('' : none)")  # fmt: skip
+    dataset: str = option(
+        "",
+        "Minari dataset (id or directory) written into the replay before the first env step: "
+        "offline RL and offline-to-online fine-tuning ('' : none)",
+    )
     dataset_root: str = option("", "directory of Minari datasets ('' : $MINARI_DATASETS_PATH, else ~/.minari/datasets)")
     offline_updates: int = option(0, "gradient updates on the dataset alone before the first env step (needs dataset)")
 

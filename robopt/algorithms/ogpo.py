@@ -55,17 +55,20 @@ class OGPOConfig:
     policy_every: int = option(1, "a policy update every this many critic updates")
     policy_starts: int = option(0, "critic-only updates first (a fresh critic behind a pretrained policy)")
     policy_epochs: int = option(2, "gradient steps of the clipped objective on each set of sampled chains")
-    advantage: str = option("conservative", "critics' advantages: two-sided conservative or of their mean",
-                            ("conservative", "mean"))  # fmt: skip
-    advantage_norm: str = option("state", "divide advantages by the std per state, over the batch, or not",
-                                 ("state", "batch", "none"))  # fmt: skip
+    advantage: str = option(
+        "conservative", "critics' advantages: two-sided conservative or of their mean", ("conservative", "mean")
+    )
+    advantage_norm: str = option(
+        "state", "divide advantages by the std per state, over the batch, or not", ("state", "batch", "none")
+    )
     ratio: DPPORatioControl = option(DPPORatioControl(), "ratio control of the surrogate (clip per denoising step)")
     clip_base: float = option(0.01, "clip range of the first fine-tuned (noisiest) denoising step")
     clip_rate: float = option(3.0, "exponential rate of the clip range from clip_base to ratio.clip_low over steps")
     gamma_denoise: float = option(0.99, "denoising discount: step j is weighted gamma_denoise^(K' - j - 1)")
     success_coef: float = option(0.0, "weight of the imitation loss on the success buffer (0: no regularizer)")
-    success_return: float = option(math.inf, "an episode with at least this return counts as a success (inf: "
-                                   "only info is_success, on goal tasks)")  # fmt: skip
+    success_return: float = option(
+        math.inf, "an episode with at least this return counts as a success (inf: only info is_success, on goal tasks)"
+    )
     success_capacity: int = option(100_000, "(s, a) pairs the success buffer keeps (the oldest go first)")
     success_max_length: int = option(1000, "longest episode (decisions) the success buffer can keep")
     loop: OffPolicySchedule = option(OffPolicySchedule(learning_starts=0), "loop rhythm (as SAC's)")
@@ -83,8 +86,10 @@ class OGPOConfig:
         if self.policy_starts < 0 or not 0.0 < self.clip_base < 1.0 or not 0.0 < self.gamma_denoise <= 1.0:
             raise ValueError("need policy_starts >= 0, clip_base in (0, 1), gamma_denoise in (0, 1]")
         if not self.success_coef >= 0.0 or self.success_coef == math.inf or math.isnan(self.success_return):
-            raise ValueError(f"success_coef must be finite and >= 0 and success_return a number, got "
-                             f"{self.success_coef}, {self.success_return}")  # fmt: skip
+            raise ValueError(
+                f"success_coef must be finite and >= 0 and success_return a number, got "
+                f"{self.success_coef}, {self.success_return}"
+            )
 
 
 class OGPO(NamedState):
@@ -147,8 +152,7 @@ class OGPO(NamedState):
         advantage = sampled_advantage(q, config.advantage, config.advantage_norm).reshape(-1)  # [S M]
         for _ in range(config.policy_epochs):
             log_ratio = policy.log_ratio(states, action, info)  # [S M, K']
-            loss, metrics = surrogate(log_ratio, advantage, config.ratio, weight=self.weights,
-                                      clip_range=self.clips)  # fmt: skip
+            loss, metrics = surrogate(log_ratio, advantage, config.ratio, weight=self.weights, clip_range=self.clips)
             if config.success_coef > 0.0:  # logged as 0 until a success arrives (the same keys on every rank)
                 bc_loss = loss.new_zeros(())
                 if self.success.size > 0:
@@ -158,8 +162,11 @@ class OGPO(NamedState):
                 metrics["success_bc_loss"] = bc_loss.detach()
             optimizer_step(self.actor_optimizer, loss, self.collective)
         metrics = {key: value.detach() for key, value in metrics.items()}
-        return metrics | {"policy_loss": loss.detach(), "advantage_nonzero": (advantage != 0).float().mean(),
-                          "success_pairs": torch.tensor(float(self.success.size))}  # fmt: skip
+        return metrics | {
+            "policy_loss": loss.detach(),
+            "advantage_nonzero": (advantage != 0).float().mean(),
+            "success_pairs": torch.tensor(float(self.success.size)),
+        }
 
 
 def build_ogpo_loop(config: OGPOConfig, env, policy, seed: int = 0, env_id: str = "") -> OffPolicyLoop:

@@ -165,9 +165,17 @@ class OnPolicyLoop:
             if t == 0:  # data crosses modules here: check the contract once per rollout
                 self._check_step_shapes(action, next_obs, reward, terminated, truncated)
             storage.insert(
-                t, obs, action, info, reward, terminated, truncated, env_info["final_obs"],
-                privileged, env_info.get("final_privileged_obs"),
-            )  # fmt: skip
+                t,
+                obs,
+                action,
+                info,
+                reward,
+                terminated,
+                truncated,
+                env_info["final_obs"],
+                privileged,
+                env_info.get("final_privileged_obs"),
+            )
             observe(env_info)
             if actor.recurrent:  # the rows whose next step starts an episode (a memoryless policy needs nothing)
                 actor.episode_ended(terminated | truncated)
@@ -213,9 +221,14 @@ class OnPolicyLoop:
             return batch
         next_value = bootstrap_value(storage.value, last_value, final_value, storage.terminated, storage.truncated)
         advantage, return_target = gae(
-            storage.reward, storage.value, next_value, storage.terminated, storage.truncated,
-            rollout.gamma, rollout.gae_lambda,
-        )  # fmt: skip
+            storage.reward,
+            storage.value,
+            next_value,
+            storage.terminated,
+            storage.truncated,
+            rollout.gamma,
+            rollout.gae_lambda,
+        )
         if rollout.normalize_advantage:
             advantage = self.normalize_advantage(advantage)
         batch = storage.flatten(advantage, return_target, critic_input)

@@ -38,10 +38,11 @@ LossTerms = Callable[[nn.Module, torch.Tensor, dict, bool], tuple[torch.Tensor |
 class PPOConfig:
     learning_rate: float = option(3e-4, "Adam learning rate (initial value of the schedule)")
     lr_schedule: str = option(
-        "linear", "learning-rate schedule over training; adaptive: after every minibatch step, /1.5 when the step's "
+        "linear",
+        "learning-rate schedule over training; adaptive: after every minibatch step, /1.5 when the step's "
         "approx KL exceeds 2 x desired_kl and x1.5 below half of it (rsl_rl's), within [1e-5, 1e-2]",
         (*SCHEDULES, "adaptive"),
-    )  # fmt: skip
+    )
     desired_kl: float = option(0.01, "lr_schedule=adaptive: the approx KL per minibatch step to hold")
     epochs: int = option(10, "passes over each rollout")
     minibatch_size: int = option(64, "samples per gradient step")
@@ -54,19 +55,23 @@ class PPOConfig:
     max_grad_norm: float = option(0.5, "global gradient-norm clip")
     target_kl: float = option(0.0, "stop the epochs early when the epoch's approx KL exceeds 1.5x this (0 disables)")
     reduction: str = option(
-        "mean", "surrogate over the policy's entries (tokens): mean | token_mean (DAPO) | sequence_mean (GRPO) | "
-        "constant (Dr. GRPO: sum / (rows x loss_normalizer))", REDUCTIONS,
-    )  # fmt: skip
+        "mean",
+        "surrogate over the policy's entries (tokens): mean | token_mean (DAPO) | sequence_mean (GRPO) | "
+        "constant (Dr. GRPO: sum / (rows x loss_normalizer))",
+        REDUCTIONS,
+    )
     loss_normalizer: float = option(0.0, "reduction=constant: the constant (the max completion length)")
     minibatch_advantage_norm: bool = option(False, "normalize advantages per minibatch (as SB3 does) too")
     drift_metrics: bool = option(
-        True, "after the epochs, one no-grad pass over the whole batch for the batch_* metrics (approx KL, clip "
-        "fraction of the updated policy); kl_penalty_adaptive needs it; false saves a forward pass (language models)"
-    )  # fmt: skip
+        True,
+        "after the epochs, one no-grad pass over the whole batch for the batch_* metrics (approx KL, clip "
+        "fraction of the updated policy); kl_penalty_adaptive needs it; false saves a forward pass (language models)",
+    )
     compile: bool = option(
-        False, "torch.compile each minibatch step (loss, gradient, clip, Adam) into one graph: about 2x faster "
-        "updates on CPU after a one-off compile of 10-20 s (about 3 s once cached on disk); pays on long runs"
-    )  # fmt: skip
+        False,
+        "torch.compile each minibatch step (loss, gradient, clip, Adam) into one graph: about 2x faster "
+        "updates on CPU after a one-off compile of 10-20 s (about 3 s once cached on disk); pays on long runs",
+    )
 
     def __post_init__(self) -> None:
         if self.reduction == "constant" and not self.loss_normalizer > 0:
@@ -108,9 +113,15 @@ def ppo_loss(
     if control.name == "kl_penalty_adaptive" and isinstance(policy, SupportsKL):
         kl = policy.kl(batch.obs, info)
     policy_loss, metrics = surrogate(
-        log_ratio, batch.advantage, control, mask=info.get("mask"), kl=kl, with_metrics=with_metrics,
-        reduction=config.reduction, normalizer=config.loss_normalizer or None,
-    )  # fmt: skip
+        log_ratio,
+        batch.advantage,
+        control,
+        mask=info.get("mask"),
+        kl=kl,
+        with_metrics=with_metrics,
+        reduction=config.reduction,
+        normalizer=config.loss_normalizer or None,
+    )
     if loss_terms is not None:  # a variant's terms beside the surrogate (a language policy's reference KL)
         penalty, term_metrics = loss_terms(policy, log_ratio, info, with_metrics)
         if penalty is not None:
@@ -216,8 +227,9 @@ class PPO:
         self.compiled_step = None
         self.collective = LOCAL
         if config.compile and memory_width(policy) > 0:
-            raise ConfigError("algo.compile=true does not support a recurrent policy (its sequence loop); set "
-                              "algo.compile=false")  # fmt: skip
+            raise ConfigError(
+                "algo.compile=true does not support a recurrent policy (its sequence loop); set algo.compile=false"
+            )
         if config.compile:
             reason = compile_unavailable_reason(self.updater.flat.device)
             if reason is not None:
@@ -313,8 +325,11 @@ class PPO:
         return shuffled.split(self.config.minibatch_size)
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.updater.state_dict(), "kl_coef": self.control.kl_coef,
-                "learning_rate": self.learning_rate}  # fmt: skip
+        return {
+            "optimizer": self.updater.state_dict(),
+            "kl_coef": self.control.kl_coef,
+            "learning_rate": self.learning_rate,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.updater.load_state_dict(state["optimizer"])

@@ -27,9 +27,10 @@ class SACConfig:
     tau: float = option(0.005, "Polyak factor of the target critics")
     ent_coef: float = option(0.0, "fixed entropy temperature alpha; 0 tunes it automatically from ent_coef_init")
     ent_coef_init: float = option(
-        1.0, "automatic temperature's initial alpha (SB3's auto_<init>); lower it when rewards per step are small "
-        "(a robot task's weights times dt), or the entropy bonus rules the first updates"
-    )  # fmt: skip
+        1.0,
+        "automatic temperature's initial alpha (SB3's auto_<init>); lower it when rewards per step are small "
+        "(a robot task's weights times dt), or the entropy bonus rules the first updates",
+    )
     target_entropy: float = option(0.0, "target entropy of the automatic temperature; 0 means -action_dim")
     critic_hidden: tuple[int, ...] = option((256, 256), "hidden widths of each Q network")
     critic_activation: str = option("relu", "hidden activation of the Q networks", ("tanh", "relu", "elu", "silu"))

@@ -43,8 +43,10 @@ class SuccessBuffer:
             success |= info["episode_return"] >= self.success_return
         keep = done & success & (self.episode_length <= self.max_length)
         for row in keep.nonzero().flatten().tolist():
-            self._add(self.episode_obs[row, : int(self.episode_length[row])],
-                      self.episode_action[row, : int(self.episode_length[row])])  # fmt: skip
+            self._add(
+                self.episode_obs[row, : int(self.episode_length[row])],
+                self.episode_action[row, : int(self.episode_length[row])],
+            )
             self.episodes += 1
         self.episode_length[done] = 0
 
@@ -63,10 +65,14 @@ class SuccessBuffer:
 
     def state_dict(self) -> dict:
         return {
-            "obs": self.obs[: self.size].clone(), "action": self.action[: self.size].clone(), "cursor": self.cursor,
-            "episodes": self.episodes, "episode_obs": self.episode_obs.clone(),
-            "episode_action": self.episode_action.clone(), "episode_length": self.episode_length.clone(),
-        }  # fmt: skip
+            "obs": self.obs[: self.size].clone(),
+            "action": self.action[: self.size].clone(),
+            "cursor": self.cursor,
+            "episodes": self.episodes,
+            "episode_obs": self.episode_obs.clone(),
+            "episode_action": self.episode_action.clone(),
+            "episode_length": self.episode_length.clone(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.size = state["obs"].shape[0]

@@ -70,9 +70,12 @@ class TRPOConfig:
 
     def trust_region(self) -> TrustRegionConfig:
         return TrustRegionConfig(
-            max_kl=self.max_kl, damping=self.damping, cg_iterations=self.cg_iterations,
-            line_search_steps=self.line_search_steps, backtrack_ratio=self.backtrack_ratio,
-        )  # fmt: skip
+            max_kl=self.max_kl,
+            damping=self.damping,
+            cg_iterations=self.cg_iterations,
+            line_search_steps=self.line_search_steps,
+            backtrack_ratio=self.backtrack_ratio,
+        )
 
 
 def entropy_to_go(entropy: torch.Tensor, episode_end: torch.Tensor, discount: float) -> torch.Tensor:
@@ -124,8 +127,10 @@ class TRPO:
                 "policy's sequences; set algo.fisher_subsample=1"
             )
         if config.entropy_coef > 0.0:
-            raise ConfigError("EnTRPO (algo.entropy_coef > 0) needs the time-major rollout; a recurrent policy's batch "
-                              "is sequences: set algo.entropy_coef=0")  # fmt: skip
+            raise ConfigError(
+                "EnTRPO (algo.entropy_coef > 0) needs the time-major rollout; a recurrent policy's batch "
+                "is sequences: set algo.entropy_coef=0"
+            )
         check_sequence_minibatch(policy, config.critic_minibatch_size, "algo.critic_minibatch_size")
 
     def use_collective(self, collective) -> None:
@@ -169,9 +174,10 @@ class TRPO:
             return surrogate(policy.log_ratio(obs, action, info), advantage, self.ratio, mask=mask, kl=kl)
 
         metrics = self.actor_updater.step(
-            loss_fn, lambda: masked_mean(policy.kl(obs, info), mask),
+            loss_fn,
+            lambda: masked_mean(policy.kl(obs, info), mask),
             lambda: masked_mean(policy.kl(sub_obs, sub_info), sub_mask),
-        )  # fmt: skip
+        )
         with torch.no_grad():
             _, ratio_metrics = loss_fn()
         measured_kl = metrics["kl"]

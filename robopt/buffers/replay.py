@@ -61,8 +61,13 @@ class ReplayStorage:
         device: torch.device | str = "cpu",
         extra_fields: dict[str, int] | None = None,
     ) -> None:
-        for name, value in (("capacity_per_env", capacity_per_env), ("num_envs", num_envs), ("obs_dim", obs_dim),
-                            ("action_dim", action_dim), *(extra_fields or {}).items()):  # fmt: skip
+        for name, value in (
+            ("capacity_per_env", capacity_per_env),
+            ("num_envs", num_envs),
+            ("obs_dim", obs_dim),
+            ("action_dim", action_dim),
+            *(extra_fields or {}).items(),
+        ):
             _positive(name, value)
         clash = set(extra_fields or {}) & {*_FIELDS, "discount", "weights", "slots"}
         if clash:
@@ -236,8 +241,13 @@ class ReplayStorage:
     # -- state -----------------------------------------------------------------------------------------------------
 
     def _config(self) -> dict:
-        return {"capacity_per_env": self.capacity_per_env, "num_envs": self.num_envs, "obs_dim": self.obs_dim,
-                "action_dim": self.action_dim, "extra_fields": dict(self.extra_fields)}  # fmt: skip
+        return {
+            "capacity_per_env": self.capacity_per_env,
+            "num_envs": self.num_envs,
+            "obs_dim": self.obs_dim,
+            "action_dim": self.action_dim,
+            "extra_fields": dict(self.extra_fields),
+        }
 
     def state_dict(self) -> dict:
         return {**self._config(), "steps": self.steps, "tensors": {k: v.clone() for k, v in self.tensors.items()}}

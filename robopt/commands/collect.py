@@ -40,8 +40,10 @@ class CollectResult:
     std_return: float
 
     def summary(self) -> str:
-        return (f"wrote {self.path}: {self.episodes} episodes, {self.transitions} transitions, "
-                f"return {self.mean_return:.1f} +- {self.std_return:.1f}")  # fmt: skip
+        return (
+            f"wrote {self.path}: {self.episodes} episodes, {self.transitions} transitions, "
+            f"return {self.mean_return:.1f} +- {self.std_return:.1f}"
+        )
 
 
 def collect(
@@ -80,9 +82,17 @@ def collect(
             env, act_fn, episodes, action_noise=action_noise, seed=seed, progress=progress, horizon=horizon
         )
         path = write_dataset(
-            dataset_id, recorded, env.env_id, env.obs_dim, env.action_dim, env.action_low, env.action_high,
-            root=root, force=force, metadata=metadata,
-        )  # fmt: skip
+            dataset_id,
+            recorded,
+            env.env_id,
+            env.obs_dim,
+            env.action_dim,
+            env.action_low,
+            env.action_high,
+            root=root,
+            force=force,
+            metadata=metadata,
+        )
     finally:
         env.close()
     returns = np.array([e.episode_return for e in recorded])

@@ -67,9 +67,15 @@ def launch_ranks(nproc: int, args: list[str]) -> None:
             logging.getLogger(name).setLevel(logging.CRITICAL)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # what torchrun sets per rank; robopt picks torch's threads itself
     launch = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"robopt-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5,
-    )  # fmt: skip
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=f"robopt-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+        monitor_interval=0.5,
+    )
     try:
         elastic_launch(launch, sys.executable)("-m", "robopt", *args)
     except SignalException as error:  # Ctrl-C: the launcher passed it to the ranks, which checkpointed and stopped
@@ -83,8 +89,10 @@ def launch_ranks(nproc: int, args: list[str]) -> None:
         )
         code = failure.exitcode
         how = f"signal {-code}" if code < 0 else f"exit code {code}"
-        fail(f"rank {rank} of {nproc} stopped ({how}); the other ranks were stopped; the last checkpoint is kept",
-              code=code if 0 < code < 126 else 1)  # fmt: skip
+        fail(
+            f"rank {rank} of {nproc} stopped ({how}); the other ranks were stopped; the last checkpoint is kept",
+            code=code if 0 < code < 126 else 1,
+        )
 
 
 def load_experiment(config, overrides, resume):

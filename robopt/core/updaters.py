@@ -74,9 +74,20 @@ class FirstOrderUpdater:
         if self.fused:
             self._fused_step.fill_(self.step_count)
             torch._fused_adam_(
-                [self.flat.data], [grad], [self.exp_avg], [self.exp_avg_sq], [], [self._fused_step], lr=self.lr,
-                beta1=beta1, beta2=beta2, weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False,
-            )  # fmt: skip
+                [self.flat.data],
+                [grad],
+                [self.exp_avg],
+                [self.exp_avg_sq],
+                [],
+                [self._fused_step],
+                lr=self.lr,
+                beta1=beta1,
+                beta2=beta2,
+                weight_decay=0.0,
+                eps=self.eps,
+                amsgrad=False,
+                maximize=False,
+            )
             return
         self.exp_avg.lerp_(grad, 1.0 - beta1)
         self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
@@ -106,8 +117,12 @@ class FirstOrderUpdater:
         return {**metrics, "loss": loss.detach(), "grad_norm": grad_norm}
 
     def state_dict(self) -> dict:
-        return {"step": self.step_count, "exp_avg": self.exp_avg.clone(), "exp_avg_sq": self.exp_avg_sq.clone(),
-                "lr": self.lr}  # fmt: skip
+        return {
+            "step": self.step_count,
+            "exp_avg": self.exp_avg.clone(),
+            "exp_avg_sq": self.exp_avg_sq.clone(),
+            "lr": self.lr,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.step_count, self.lr = int(state["step"]), float(state["lr"])

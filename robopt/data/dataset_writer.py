@@ -106,8 +106,10 @@ def _check_episodes(episodes: list[Episode], obs_dim: int, action_dim: int) -> N
         raise ConfigError("no episodes to write (a dataset needs at least one)")
     for index, episode in enumerate(episodes):
         steps = len(np.asarray(episode.rewards))
-        shapes = [np.shape(a) for a in (episode.observations, episode.actions, episode.rewards,
-                                        episode.terminations, episode.truncations)]  # fmt: skip
+        shapes = [
+            np.shape(a)
+            for a in (episode.observations, episode.actions, episode.rewards, episode.terminations, episode.truncations)
+        ]
         expected = [(steps + 1, obs_dim), (steps, action_dim), (steps,), (steps,), (steps,)]
         if steps < 1 or shapes != expected:
             raise ConfigError(
@@ -137,9 +139,15 @@ def _write_minari(minari, staging: Path, dataset_id: str, episodes, env_id, obs_
     with _minari_root(staging), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Minari warns about every optional field left empty (email, permalink...)
         written = minari.create_dataset_from_buffers(
-            dataset_id, buffers, algorithm_name=str(extra.get("algorithm_name", "robopt")), author="robopt",
-            description=description, observation_space=obs_space, action_space=action_space, data_format="hdf5",
-        )  # fmt: skip
+            dataset_id,
+            buffers,
+            algorithm_name=str(extra.get("algorithm_name", "robopt")),
+            author="robopt",
+            description=description,
+            observation_space=obs_space,
+            action_space=action_space,
+            data_format="hdf5",
+        )
         written.storage.update_metadata({"robopt_env_id": env_id, "robopt_metadata": extra})
 
 

@@ -173,10 +173,12 @@ def _checked_episode(path: Path, index: int, observations, actions, rewards, ter
             f"{len(actions)} actions and {steps} rewards (expected T + 1, T and T with T >= 1)"
         )
     return Episode(
-        observations=observations.astype(np.float32, copy=False), actions=actions.astype(np.float32, copy=False),
-        rewards=np.asarray(rewards, dtype=np.float32), terminations=np.asarray(terminations, dtype=bool),
+        observations=observations.astype(np.float32, copy=False),
+        actions=actions.astype(np.float32, copy=False),
+        rewards=np.asarray(rewards, dtype=np.float32),
+        terminations=np.asarray(terminations, dtype=bool),
         truncations=np.asarray(truncations, dtype=bool),
-    )  # fmt: skip
+    )
 
 
 def load_demonstrations(dataset: str | Path, root: str | Path | None = None) -> Demonstrations:

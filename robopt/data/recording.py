@@ -110,8 +110,9 @@ class _ChunkPlayer:
         env, width = self.env, self.horizon * self.env.action_dim
         action = torch.as_tensor(self.act_fn(obs), dtype=torch.float32, device=env.device)
         if action.shape != (env.num_envs, width):
-            raise ValueError(f"act_fn returned actions of shape {tuple(action.shape)}, expected "
-                             f"[{env.num_envs}, {width}]")  # fmt: skip
+            raise ValueError(
+                f"act_fn returned actions of shape {tuple(action.shape)}, expected [{env.num_envs}, {width}]"
+            )
         return action
 
     def next_action(self, obs: torch.Tensor) -> torch.Tensor:

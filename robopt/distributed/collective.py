@@ -208,9 +208,10 @@ def join_from_environment(device: str) -> Collective:
     timeout = timeout_seconds()
     try:
         dist.init_process_group(
-            "nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=timeout),
+            "nccl" if cuda else "gloo",
+            timeout=datetime.timedelta(seconds=timeout),
             device_id=torch.device("cuda", local_rank) if cuda else None,
-        )  # fmt: skip
+        )
         collective = TorchCollective(torch.device("cuda", local_rank) if cuda else torch.device("cpu"))
         collective.any(False)  # a first collective: every rank has joined, or the timeout says which did not
     except (RuntimeError, ValueError, OSError) as error:  # RankLost from the first collective too

@@ -167,8 +167,11 @@ class MujocoBackend:
         own = [i for i, m in enumerate(self._models) if m is not model]
         rows = [nominal_params_of(self._models[i]) for i in own]
         params = {name: torch.stack([row[name] for row in rows]) for name in self._nominal} if own else {}
-        return {"integration": torch.from_numpy(full), "own_model_rows": torch.tensor(own, dtype=torch.int64),
-                "own_model_params": params}  # fmt: skip
+        return {
+            "integration": torch.from_numpy(full),
+            "own_model_rows": torch.tensor(own, dtype=torch.int64),
+            "own_model_params": params,
+        }
 
     def set_full_state(self, state: dict[str, torch.Tensor]) -> None:
         """Restore ``get_state``: private models (with their parameters), then every row's integration state."""

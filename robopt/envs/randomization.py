@@ -177,8 +177,9 @@ class Randomizer:
         low, high = config.push_force
         magnitude = low + (high - low) * torch.rand(n, generator=generator, device=self.device, dtype=torch.float64)
         angle = 2 * math.pi * torch.rand(n, generator=generator, device=self.device, dtype=torch.float64)
-        wait = torch.randint(config.push_interval[0], config.push_interval[1] + 1, (n,), generator=generator,
-                             device=self.device)  # fmt: skip
+        wait = torch.randint(
+            config.push_interval[0], config.push_interval[1] + 1, (n,), generator=generator, device=self.device
+        )
         force = torch.zeros(n, 6, dtype=torch.float64, device=self.device)
         force[:, 0], force[:, 1] = magnitude * torch.cos(angle), magnitude * torch.sin(angle)
         self.push_force = torch.where(start[:, None], force, self.push_force)
@@ -219,8 +220,10 @@ class Randomizer:
         for name in _STATE_TENSORS:
             target = getattr(self, name)
             if tuple(state[name].shape) != tuple(target.shape):
-                raise ValueError(f"saved randomization {name!r} has shape {list(state[name].shape)}, "
-                                 f"not {list(target.shape)}: build the env with the same randomization")  # fmt: skip
+                raise ValueError(
+                    f"saved randomization {name!r} has shape {list(state[name].shape)}, "
+                    f"not {list(target.shape)}: build the env with the same randomization"
+                )
             target.copy_(state[name])
         for name, value in state["scales"].items():
             self.scales[name].copy_(value)

@@ -44,21 +44,37 @@ def build_fleet_loop(config, initialize: bool = False, worker_options: dict[int,
             initialize_policy(policy, config)
         algorithm = _learner_class(algo_name)(config.algo, policy, probe)
         hub = hub_from_schedule(
-            config.algo.loop, config.algo.gamma, probe, fleet.num_robots, policy=policy,
-            own_robots=fleet.own_robots, own_fraction=fleet.own_fraction, max_lag=fleet.max_lag,
-            stale_mode=fleet.stale_mode, stale_decay=fleet.stale_decay, fingerprint=hub_fingerprint(config),
-        )  # fmt: skip
+            config.algo.loop,
+            config.algo.gamma,
+            probe,
+            fleet.num_robots,
+            policy=policy,
+            own_robots=fleet.own_robots,
+            own_fraction=fleet.own_fraction,
+            max_lag=fleet.max_lag,
+            stale_mode=fleet.stale_mode,
+            stale_decay=fleet.stale_decay,
+            fingerprint=hub_fingerprint(config),
+        )
         fert = None
         if fleet.fert:
             if not hasattr(probe, "compute_reward"):
-                raise ConfigError(f"fleet.fert=true needs a goal task with success flags (mujoco/GripperReach, "
-                                  f"mujoco/GripperPush); {config.env.id} has none")  # fmt: skip
+                raise ConfigError(
+                    f"fleet.fert=true needs a goal task with success flags (mujoco/GripperReach, "
+                    f"mujoco/GripperPush); {config.env.id} has none"
+                )
             from robopt.fleet.retrieval import FertTargets, SuccessPool
 
             pool = SuccessPool(probe.obs_dim, probe.action_dim, fleet.fert_window, fleet.fert_capacity, probe.device)
-            fert = FertTargets(pool, fleet.fert_k, min_episodes=fleet.fert_min_episodes,
-                               max_distance=fleet.fert_max_distance, unique=fleet.fert_unique,
-                               weighting=fleet.fert_weighting, temperature=fleet.fert_temperature)  # fmt: skip
+            fert = FertTargets(
+                pool,
+                fleet.fert_k,
+                min_episodes=fleet.fert_min_episodes,
+                max_distance=fleet.fert_max_distance,
+                unique=fleet.fert_unique,
+                weighting=fleet.fert_weighting,
+                temperature=fleet.fert_temperature,
+            )
         started = ray_runtime.start(fleet, needed_cpus=fleet.num_robots * fleet.cpus_per_robot)
         actor, options = robot_actor(fleet.cpus_per_robot, fleet.max_restarts), worker_options or {}
         for robot in range(fleet.num_robots):

@@ -45,8 +45,9 @@ class FleetConfig:
     own_robots: tuple[int, ...] = option((), "robots whose experience gets own_fraction of every batch")
     own_fraction: float = option(0.0, "share of every batch drawn from own_robots' experience, in [0, 1]")
     max_lag: int | None = option(None, "drop experience more than this many policy versions old (null: keep)")
-    stale_mode: str = option("drop", "old experience: drop it (max_lag) or weight it by stale_decay ** lag",
-                              STALE_MODES)  # fmt: skip
+    stale_mode: str = option(
+        "drop", "old experience: drop it (max_lag) or weight it by stale_decay ** lag", STALE_MODES
+    )
     stale_decay: float = option(0.5, "stale_mode=weight: weight factor per version of lag, in (0, 1]")
     max_restarts: int = option(3, "times Ray restarts a robot whose process died (-1: always)")
     fert: bool = option(False, "failure-guided retrieval: failed episodes clone nearby successful actions")
@@ -60,9 +61,11 @@ class FleetConfig:
     )
     fert_unique: bool = option(False, "fert: a retrieved segment is a cloning target once, not once per retrieval")
     fert_weighting: str = option(
-        "none", "fert: weight each cloned pair by the critic's advantage of its action over the policy's "
-        "(binary: 1[A > 0]; exp: min(exp(A / fert_temperature), 20))", ("none", "binary", "exp"),
-    )  # fmt: skip
+        "none",
+        "fert: weight each cloned pair by the critic's advantage of its action over the policy's "
+        "(binary: 1[A > 0]; exp: min(exp(A / fert_temperature), 20))",
+        ("none", "binary", "exp"),
+    )
     fert_temperature: float = option(1.0, "fert: temperature of fert_weighting=exp, > 0")
     fert_schedule: str = option(
         "constant", "fert: fert_coef constant, or decaying linearly to 0 over the run", ("constant", "linear")
@@ -83,11 +86,11 @@ class FleetConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.steps_per_robot < 0 or self.num_cpus < 0:
-            raise ValueError(f"steps_per_robot and num_cpus must be >= 0, got {self.steps_per_robot}, "
-                             f"{self.num_cpus}")  # fmt: skip
+            raise ValueError(f"steps_per_robot and num_cpus must be >= 0, got {self.steps_per_robot}, {self.num_cpus}")
         if not self.connect_timeout_s > 0 or not self.cpus_per_robot > 0:
-            raise ValueError(f"connect_timeout_s and cpus_per_robot must be > 0, got "
-                             f"{self.connect_timeout_s}, {self.cpus_per_robot}")  # fmt: skip
+            raise ValueError(
+                f"connect_timeout_s and cpus_per_robot must be > 0, got {self.connect_timeout_s}, {self.cpus_per_robot}"
+            )
         if not 0.0 <= self.own_fraction <= 1.0:
             raise ValueError(f"own_fraction must be in [0, 1], got {self.own_fraction}")
         if not 0.0 < self.stale_decay <= 1.0:
@@ -95,16 +98,21 @@ class FleetConfig:
         if self.max_lag is not None and self.max_lag < 0:
             raise ValueError(f"max_lag must be >= 0 or null, got {self.max_lag}")
         if self.max_restarts < -1 or self.fert_coef < 0:
-            raise ValueError(f"max_restarts must be >= -1 and fert_coef >= 0, got {self.max_restarts}, "
-                             f"{self.fert_coef}")  # fmt: skip
+            raise ValueError(
+                f"max_restarts must be >= -1 and fert_coef >= 0, got {self.max_restarts}, {self.fert_coef}"
+            )
         if not 0.0 <= self.fert_max_distance < math.inf or not 0.0 < self.fert_temperature < math.inf:
-            raise ValueError(f"fert_max_distance must be finite and >= 0 (0: any) and fert_temperature finite and > 0, "
-                             f"got {self.fert_max_distance}, {self.fert_temperature}")  # fmt: skip
+            raise ValueError(
+                f"fert_max_distance must be finite and >= 0 (0: any) and fert_temperature finite and > 0, "
+                f"got {self.fert_max_distance}, {self.fert_temperature}"
+            )
         if self.address and not (self.address == "auto" or ":" in self.address):
             raise ValueError(f"address={self.address!r}: use '', 'auto', 'ray://host:port' or 'host:port'")
         if self.max_lag is not None and self.stale_mode == "weight":
-            raise ValueError("max_lag drops old experience (stale_mode=drop); stale_mode=weight keeps it all and "
-                             "weights it by stale_decay ** lag: set one or the other")  # fmt: skip
+            raise ValueError(
+                "max_lag drops old experience (stale_mode=drop); stale_mode=weight keeps it all and "
+                "weights it by stale_decay ** lag: set one or the other"
+            )
         if self.own_robots and self.own_fraction == 0:
             raise ValueError(f"own_robots {list(self.own_robots)} needs own_fraction > 0 (their share of a batch)")
         if self.own_fraction > 0 and not self.own_robots:
@@ -185,13 +193,17 @@ def check_fleet_config(config) -> int:
 
     fleet, algo_name = config.fleet, config_to_dict(config)["algo"]["name"]
     if algo_name not in LEARNERS:
-        raise ConfigError(f"fleet.num_robots={fleet.num_robots} needs an off-policy learner (algo.name: ddpg, sac, "
-                          f"td3), not algo.name={algo_name}")  # fmt: skip
+        raise ConfigError(
+            f"fleet.num_robots={fleet.num_robots} needs an off-policy learner (algo.name: ddpg, sac, "
+            f"td3), not algo.name={algo_name}"
+        )
     if config.critic.privileged:
         raise ConfigError(f"critic.privileged=true is for the on-policy value critic, not a fleet of {algo_name}")
     if fleet.randomization and "randomization" in config.env.kwargs:
-        raise ConfigError("give robot dynamics in fleet.randomization (each robot draws fixed values), not also in "
-                          "env.kwargs.randomization")  # fmt: skip
+        raise ConfigError(
+            "give robot dynamics in fleet.randomization (each robot draws fixed values), not also in "
+            "env.kwargs.randomization"
+        )
     try:
         Randomization.from_config(fleet.randomization)
         for robot in range(fleet.num_robots):

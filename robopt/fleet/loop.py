@@ -65,8 +65,9 @@ class FleetLoop:
     """Runner loop interface: ``iteration``, ``iteration_count``, ``env_steps``, ``steps_per_iteration``,
     ``total_iterations``, ``finished``, ``policy``, ``env``, ``state_dict``/``load_state_dict``."""
 
-    def __init__(self, config, probe, policy, algorithm, hub, workers, owns_ray: bool, steps_per_robot: int,
-                 fert=None) -> None:  # fmt: skip
+    def __init__(
+        self, config, probe, policy, algorithm, hub, workers, owns_ray: bool, steps_per_robot: int, fert=None
+    ) -> None:
         import ray
 
         self.ray, self.config, self.fleet, self.schedule = ray, config, config.fleet, config.algo.loop
@@ -124,8 +125,10 @@ class FleetLoop:
         while (self.env_steps < target or last) and not self.finished:
             if not any(self._active(r) for r in self.fleet.training_robots):
                 why = self.hub.quarantine_reasons or "restarts exhausted"
-                raise FleetStopped(f"no robot left feeding the learner (quarantined: {sorted(self.hub.quarantined)}, "
-                                   f"dead: {sorted(self.dead)}): {why}")  # fmt: skip
+                raise FleetStopped(
+                    f"no robot left feeding the learner (quarantined: {sorted(self.hub.quarantined)}, "
+                    f"dead: {sorted(self.dead)}): {why}"
+                )
             self._tick(progress, stats)
         self.iteration_count += 1
         return self._metrics(stats, time.perf_counter() - start)
@@ -279,14 +282,19 @@ class FleetLoop:
             values["policy_lag_mean"], values["policy_lag_max"] = mean(stats["lags"]), float(max(stats["lags"]))
         for robot, steps in enumerate(stats["robot_steps"]):
             values[f"robot{robot}_steps_per_second"] = steps / max(elapsed, 1e-9)
-        values.update({
-            "episodes": float(len(stats["returns"])), "rejected_episodes": float(stats["rejected"]),
-            "updates": float(stats["updates"]), "learner_updates": float(self.updates),
-            "policy_version": float(self.version),
-            "versions_in_flight": float(len({version for _, _, version in self.inflight.values()})),
-            "learner_stall_seconds": stats["stall"], "worker_restarts": float(self.restarts),
-            "dead_robots": float(len(self.dead)),
-        })  # fmt: skip
+        values.update(
+            {
+                "episodes": float(len(stats["returns"])),
+                "rejected_episodes": float(stats["rejected"]),
+                "updates": float(stats["updates"]),
+                "learner_updates": float(self.updates),
+                "policy_version": float(self.version),
+                "versions_in_flight": float(len({version for _, _, version in self.inflight.values()})),
+                "learner_stall_seconds": stats["stall"],
+                "worker_restarts": float(self.restarts),
+                "dead_robots": float(len(self.dead)),
+            }
+        )
         if self.fert is not None:
             values["fert_pool_segments"] = float(len(self.fert.pool))
             values["fert_targets"] = float(len(self.fert))

@@ -83,9 +83,12 @@ def start(fleet: FleetConfig, needed_cpus: float = 0.0) -> bool:
 def init_embedded(num_cpus: float) -> None:
     """``ray.init`` of a local Ray inside this process (module doc), watched by a reaper (``start_reaper``)."""
     import_ray().init(
-        num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
         _temp_dir=temp_dir(),
-    )  # fmt: skip
+    )
     start_reaper()
 
 
@@ -178,10 +181,16 @@ def start_reaper() -> None:
     from pathlib import Path
 
     script = str(Path(__file__).with_name("reaper.py"))
-    _REAPER.append(subprocess.Popen(
-        [sys.executable, script, str(os.getpid())], start_new_session=True, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
-    ))  # fmt: skip
+    _REAPER.append(
+        subprocess.Popen(
+            [sys.executable, script, str(os.getpid())],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+        )
+    )
 
 
 def stop_reaper() -> None:

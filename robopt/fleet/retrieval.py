@@ -216,8 +216,9 @@ def fert_batch(pool: SuccessPool, failed_episodes: list[torch.Tensor], k: int) -
     return pool.segments(pool.query(windows, k))
 
 
-def fert_bc_loss(policy, obs: torch.Tensor, action: torch.Tensor, weights: torch.Tensor | None = None,
-                 normalized: bool = True) -> torch.Tensor:  # fmt: skip
+def fert_bc_loss(
+    policy, obs: torch.Tensor, action: torch.Tensor, weights: torch.Tensor | None = None, normalized: bool = True
+) -> torch.Tensor:
     """Scalar: the mean of ``policy.imitation_loss(obs [B, D], action [B, A])`` over B.
 
     With ``weights`` [B] (>= 0) it is the weighted mean sum(w l) / sum(w) (positive sum; equal weights give the
@@ -261,9 +262,17 @@ class FertTargets:
       the policy's own action are not cloned (``none``: the plain mean).
     """
 
-    def __init__(self, pool: SuccessPool, k: int, max_targets: int = 4096, min_episodes: int = 1,
-                 max_distance: float = 0.0, unique: bool = False, weighting: str = "none",
-                 temperature: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        pool: SuccessPool,
+        k: int,
+        max_targets: int = 4096,
+        min_episodes: int = 1,
+        max_distance: float = 0.0,
+        unique: bool = False,
+        weighting: str = "none",
+        temperature: float = 1.0,
+    ) -> None:
         for name, value in (("k", k), ("max_targets", max_targets), ("min_episodes", min_episodes)):
             _positive(name, value)
         if not 0.0 <= max_distance < float("inf"):

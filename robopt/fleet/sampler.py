@@ -124,8 +124,13 @@ class FleetSampler:
         mean_lag = torch.where(tagged, lag, 0.0).sum() / count.clamp(min=1)
         max_lag = torch.where(tagged, lag, 0.0).max()
         values = torch.stack([count.double(), eligible.sum().double(), mean_lag, max_lag]).tolist()
-        return {"tagged": values[0], "eligible": values[1], "stale": values[0] - values[1], "mean_lag": values[2],
-                "max_lag": values[3]}  # fmt: skip
+        return {
+            "tagged": values[0],
+            "eligible": values[1],
+            "stale": values[0] - values[1],
+            "mean_lag": values[2],
+            "max_lag": values[3],
+        }
 
     # -- sampler API -----------------------------------------------------------------------------------------------
 
@@ -161,8 +166,13 @@ class FleetSampler:
         pass
 
     def state_dict(self) -> dict:
-        return {"capacity": self.capacity, "num_robots": self.num_robots, "version": self.version,
-                "robot": self.robot.clone(), "slot_version": self.slot_version.clone()}  # fmt: skip
+        return {
+            "capacity": self.capacity,
+            "num_robots": self.num_robots,
+            "version": self.version,
+            "robot": self.robot.clone(),
+            "slot_version": self.slot_version.clone(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         saved = (state["capacity"], state["num_robots"])

@@ -93,8 +93,9 @@ class PromptEnv:
 
     def step(self, action: torch.Tensor):
         if action.shape != (self.num_envs, self.action_dim):
-            raise ValueError(f"robopt/Text: action must have shape [{self.num_envs}, {self.action_dim}], "
-                             f"got {list(action.shape)}")  # fmt: skip
+            raise ValueError(
+                f"robopt/Text: action must have shape [{self.num_envs}, {self.action_dim}], got {list(action.shape)}"
+            )
         completions = self.decode(action)
         row_scores = [self.verifier.score(c, p) for c, p in zip(completions, self.problems)]  # None: failed
         failed = [score is None for score in row_scores]

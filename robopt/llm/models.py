@@ -44,15 +44,28 @@ def tiny_model(config: ModelOptions) -> nn.Module:
     c = config
     if c.architecture == "gpt2":
         model_config = transformers.GPT2Config(
-            vocab_size=VOCAB_SIZE, n_positions=c.max_context, n_embd=c.hidden, n_layer=c.layers, n_head=c.heads,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **special,
-        )  # fmt: skip
+            vocab_size=VOCAB_SIZE,
+            n_positions=c.max_context,
+            n_embd=c.hidden,
+            n_layer=c.layers,
+            n_head=c.heads,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            **special,
+        )
     else:
         model_config = transformers.LlamaConfig(
-            vocab_size=VOCAB_SIZE, hidden_size=c.hidden, intermediate_size=4 * c.hidden,
-            num_hidden_layers=c.layers, num_attention_heads=c.heads, num_key_value_heads=c.heads,
-            max_position_embeddings=c.max_context, attention_dropout=0.0, **special,
-        )  # fmt: skip
+            vocab_size=VOCAB_SIZE,
+            hidden_size=c.hidden,
+            intermediate_size=4 * c.hidden,
+            num_hidden_layers=c.layers,
+            num_attention_heads=c.heads,
+            num_key_value_heads=c.heads,
+            max_position_embeddings=c.max_context,
+            attention_dropout=0.0,
+            **special,
+        )
     # eager attention: torch's fused CPU attention has no double backward, which TRPO's Fisher products need
     return transformers.AutoModelForCausalLM.from_config(model_config, attn_implementation="eager")
 
@@ -107,9 +120,14 @@ def wrap_lora(model: nn.Module, config: ModelOptions) -> nn.Module:
         )
     targeted = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] in targets]
     lora = peft.LoraConfig(
-        r=config.lora_rank, lora_alpha=config.lora_alpha, target_modules=list(targets), lora_dropout=0.0,
-        bias="none", task_type="CAUSAL_LM", fan_in_fan_out=any(isinstance(m, Conv1D) for m in targeted),
-    )  # fmt: skip
+        r=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+        target_modules=list(targets),
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
+        fan_in_fan_out=any(isinstance(m, Conv1D) for m in targeted),
+    )
     with warnings.catch_warnings():  # peft 0.21 calls a transformers 5 method deprecated in favour of another
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         return peft.get_peft_model(model, lora)

@@ -39,10 +39,18 @@ def build_gaussian_policy(p: GaussianPolicyConfig, env) -> GaussianPolicy | Recu
     if p.recurrent.enabled:
         return RecurrentGaussianPolicy(env.obs_dim, env.action_dim, env.action_low, env.action_high, p)
     return GaussianPolicy(
-        env.obs_dim, env.action_dim, env.action_low, env.action_high, hidden=p.hidden, activation=p.activation,
-        log_std_init=p.log_std_init, squash=p.squash, normalize_obs=p.normalize_obs, orthogonal_init=p.orthogonal_init,
+        env.obs_dim,
+        env.action_dim,
+        env.action_low,
+        env.action_high,
+        hidden=p.hidden,
+        activation=p.activation,
+        log_std_init=p.log_std_init,
+        squash=p.squash,
+        normalize_obs=p.normalize_obs,
+        orthogonal_init=p.orthogonal_init,
         state_dependent_std=p.state_dependent_std,
-    )  # fmt: skip
+    )
 
 
 POLICIES: dict[str, PolicySpec] = {

@@ -32,9 +32,10 @@ class RecurrentConfig:
     hidden: int = option(128, "hidden state size H of each recurrent layer")
     layers: int = option(1, "stacked recurrent layers")
     sequence_length: int = option(
-        16, "truncated back-propagation through time: minibatches are sequences of L consecutive steps of one env "
-        "(rollout.num_steps and algo.minibatch_size must be multiples of L)"
-    )  # fmt: skip
+        16,
+        "truncated back-propagation through time: minibatches are sequences of L consecutive steps of one env "
+        "(rollout.num_steps and algo.minibatch_size must be multiples of L)",
+    )
 
     def __post_init__(self) -> None:
         if self.hidden < 1 or self.layers < 1 or self.sequence_length < 1:
@@ -90,15 +91,19 @@ class RecurrentTorso(nn.Module):
         recurrent = torch.nn.functional.linear(state[..., :hidden], weight, bias)
         if self.cell == "gru":  # r, z gates; n = tanh(i_n + r h_n); h' = (1 - z) n + z h = lerp(n, h, z)
             gates = torch.sigmoid(projected[..., : 2 * hidden] + recurrent[..., : 2 * hidden])
-            candidate = torch.tanh(torch.addcmul(projected[..., 2 * hidden :], gates[..., :hidden],
-                                                 recurrent[..., 2 * hidden :]))  # fmt: skip
+            candidate = torch.tanh(
+                torch.addcmul(projected[..., 2 * hidden :], gates[..., :hidden], recurrent[..., 2 * hidden :])
+            )
             h = torch.lerp(candidate, state, gates[..., hidden:])
             return h, h
         # i, f, g, o gates; c' = f c + i g, h' = o tanh(c'); one sigmoid over all four (g's share is unused)
         gates = projected + recurrent
         gate = torch.sigmoid(gates)
-        c = torch.addcmul(gate[..., hidden : 2 * hidden] * state[..., hidden:], gate[..., :hidden],
-                          torch.tanh(gates[..., 2 * hidden : 3 * hidden]))  # fmt: skip
+        c = torch.addcmul(
+            gate[..., hidden : 2 * hidden] * state[..., hidden:],
+            gate[..., :hidden],
+            torch.tanh(gates[..., 2 * hidden : 3 * hidden]),
+        )
         h = gate[..., 3 * hidden :] * torch.tanh(c)
         return h, torch.cat((h, c), dim=-1)
 

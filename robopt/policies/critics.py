@@ -18,9 +18,10 @@ class CriticConfig:
     hidden: tuple[int, ...] = option((64, 64), "hidden layer widths of the value network")
     activation: str = option("tanh", "hidden activation", ("tanh", "relu", "elu", "silu"))
     privileged: bool = option(
-        False, "the critic also sees env.privileged_obs() (randomized parameters; the policy does not): "
-        "on-policy algorithms on a native env with env.kwargs.randomization"
-    )  # fmt: skip
+        False,
+        "the critic also sees env.privileged_obs() (randomized parameters; the policy does not): "
+        "on-policy algorithms on a native env with env.kwargs.randomization",
+    )
 
 
 class ValueCritic(nn.Module):

@@ -80,17 +80,24 @@ class DiffusionPolicyConfig:
         if not 1 <= k <= 1000:
             raise ValueError(f"denoising_steps must be in [1, 1000], got {k}")
         if not 1 <= self.ft_steps <= k:
-            raise ValueError(f"ft_steps (K') must be in [1, denoising_steps={k}] (the chain has {k} steps), "
-                             f"got {self.ft_steps}")  # fmt: skip
+            raise ValueError(
+                f"ft_steps (K') must be in [1, denoising_steps={k}] (the chain has {k} steps), got {self.ft_steps}"
+            )
         if not 1 <= self.ddim_steps <= k:
-            raise ValueError(f"ddim_steps must be in [1, denoising_steps={k}] (the scheduler's training steps), "
-                             f"got {self.ddim_steps}")  # fmt: skip
+            raise ValueError(
+                f"ddim_steps must be in [1, denoising_steps={k}] (the scheduler's training steps), "
+                f"got {self.ddim_steps}"
+            )
         if not self.min_logprob_std > 0.0:
-            raise ValueError(f"min_logprob_std must be > 0 (the last step's posterior std is 0: its log-probability "
-                             f"would be infinite), got {self.min_logprob_std}")  # fmt: skip
+            raise ValueError(
+                f"min_logprob_std must be > 0 (the last step's posterior std is 0: its log-probability "
+                f"would be infinite), got {self.min_logprob_std}"
+            )
         if self.min_sampling_std < 0.0 or not self.noise_clip > 0.0 or not self.denoised_clip > 0.0:
-            raise ValueError(f"min_sampling_std must be >= 0, noise_clip and denoised_clip > 0, got "
-                             f"{self.min_sampling_std}, {self.noise_clip}, {self.denoised_clip}")  # fmt: skip
+            raise ValueError(
+                f"min_sampling_std must be >= 0, noise_clip and denoised_clip > 0, got "
+                f"{self.min_sampling_std}, {self.noise_clip}, {self.denoised_clip}"
+            )
         if not self.log_prob_min < self.log_prob_max:
             raise ValueError(f"log_prob_min must be < log_prob_max, got {self.log_prob_min}, {self.log_prob_max}")
         if self.horizon < 1:
@@ -120,9 +127,12 @@ class NoisePredictor(nn.Module):
             from robopt.policies.unet1d import TemporalUNet1D
 
             self.net = TemporalUNet1D(
-                chunk_dim // c.horizon, c.horizon, obs_dim + c.time_embedding, c.unet_channels,
+                chunk_dim // c.horizon,
+                c.horizon,
+                obs_dim + c.time_embedding,
+                c.unet_channels,
                 output_scale=c.output_scale,
-            )  # fmt: skip
+            )
         else:
             in_dim = obs_dim + chunk_dim + c.time_embedding
             self.net = MLP(in_dim, chunk_dim, c.hidden, c.activation, c.output_scale, c.orthogonal_init)
@@ -257,9 +267,12 @@ class DiffusionPolicy(nn.Module, Memoryless):
         """Info of (env step ``rows`` [b], denoising step ``step`` [b]) pairs: what ``log_ratio`` needs for [b, 1]."""
         chain = info["chain"]
         return {
-            "x_from": chain[rows, step], "x_to": chain[rows, step + 1], "timestep": self.ft_timesteps[step],
-            "log_prob": info["log_prob"][rows, step].unsqueeze(-1), "mean": info["mean"][rows, step].unsqueeze(1),
-        }  # fmt: skip
+            "x_from": chain[rows, step],
+            "x_to": chain[rows, step + 1],
+            "timestep": self.ft_timesteps[step],
+            "log_prob": info["log_prob"][rows, step].unsqueeze(-1),
+            "mean": info["mean"][rows, step].unsqueeze(1),
+        }
 
     def _new_log_prob(self, obs: torch.Tensor, info: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         obs_norm = self._obs_norm(obs)
@@ -312,8 +325,10 @@ class ExportedDiffusionPolicy(nn.Module):
         super().__init__()
         c = policy.config
         self.clip, self.action_dim = c.denoised_clip, policy.action_dim
-        self.steps = [(int(t), float(a), float(p)) for t, a, p in zip(policy.ddim_timesteps, policy.ddim_abar,
-                                                                     policy.ddim_abar_prev)]  # fmt: skip
+        self.steps = [
+            (int(t), float(a), float(p))
+            for t, a, p in zip(policy.ddim_timesteps, policy.ddim_abar, policy.ddim_abar_prev)
+        ]
         base_active = bool(policy.base_frozen)
         self.use_base = [base_active and t >= c.ft_steps for t, _, _ in self.steps]
         for name in ("action_low", "action_high", "action_centre", "action_half_range"):

@@ -39,17 +39,25 @@ def _diffusers():
 def ddpm_scheduler(num_steps: int, beta_schedule: str, clip: float):
     """diffusers' DDPMScheduler with the policy's settings (epsilon prediction, x0 clipped, fixed_small variance)."""
     return _diffusers().DDPMScheduler(
-        num_train_timesteps=num_steps, beta_schedule=beta_schedule, clip_sample=True, clip_sample_range=clip,
-        variance_type="fixed_small", prediction_type="epsilon",
-    )  # fmt: skip
+        num_train_timesteps=num_steps,
+        beta_schedule=beta_schedule,
+        clip_sample=True,
+        clip_sample_range=clip,
+        variance_type="fixed_small",
+        prediction_type="epsilon",
+    )
 
 
 def ddim_scheduler(num_steps: int, beta_schedule: str, clip: float, ddim_steps: int):
     """diffusers' DDIMScheduler over the same training schedule, with ``ddim_steps`` inference timesteps set."""
     scheduler = _diffusers().DDIMScheduler(
-        num_train_timesteps=num_steps, beta_schedule=beta_schedule, clip_sample=True, clip_sample_range=clip,
-        set_alpha_to_one=True, prediction_type="epsilon",
-    )  # fmt: skip
+        num_train_timesteps=num_steps,
+        beta_schedule=beta_schedule,
+        clip_sample=True,
+        clip_sample_range=clip,
+        set_alpha_to_one=True,
+        prediction_type="epsilon",
+    )
     scheduler.set_timesteps(ddim_steps)
     return scheduler
 

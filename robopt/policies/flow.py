@@ -48,10 +48,11 @@ class FlowPolicyConfig:
     integrator: str = option("euler", "ODE integrator (midpoint and heun cost 2 network calls per step)", INTEGRATORS)
     draws: int = option(8, "Monte Carlo draws M of (noise, flow time) per action for the FPO ratio")
     ratio_mode: str = option(
-        "per_draw", "FPO ratio: 'per_draw' ([B, M], clipped draw by draw) or 'average' the M losses before the "
+        "per_draw",
+        "FPO ratio: 'per_draw' ([B, M], clipped draw by draw) or 'average' the M losses before the "
         "exponential ([B, 1], the paper's default); per_draw learned Pendulum on 3 of 3 seeds, average on 1",
         RATIO_MODES,
-    )  # fmt: skip
+    )
     log_ratio_clamp: float = option(3.0, "clamp the log-ratio to +-this before the exponential")
     time_embedding: int = option(8, "width E of the sinusoidal flow-time embedding (even)")
     output_scale: float = option(
@@ -63,22 +64,25 @@ class FlowPolicyConfig:
     normalize_obs: bool = option(True, "running observation normalization inside the policy")
     orthogonal_init: bool = option(True, "orthogonal weight initialization")
     one_step: bool = option(
-        False, "FQL: a one-step network mu(s, z) beside the velocity field; act, evaluation and export call it "
-        "(one network call per action); trained by algo.name=fql only"
-    )  # fmt: skip
+        False,
+        "FQL: a one-step network mu(s, z) beside the velocity field; act, evaluation and export call it "
+        "(one network call per action); trained by algo.name=fql only",
+    )
     guidance_scale: float = option(
-        0.0, "Q-guided sampling (algo.name=qgf): w in v + w t grad_a Q(s, x + (1 - t) v); 0: the plain flow; a "
-        "sampling knob (no weights change with it)"
-    )  # fmt: skip
+        0.0,
+        "Q-guided sampling (algo.name=qgf): w in v + w t grad_a Q(s, x + (1 - t) v); 0: the plain flow; a "
+        "sampling knob (no weights change with it)",
+    )
     guidance_hidden: tuple[int, ...] = option((256, 256), "Q-guided sampling: hidden widths of the guiding critics")
     guidance_activation: str = option(
         "relu", "Q-guided sampling: the critics' activation", ("tanh", "relu", "elu", "silu")
     )
     guidance_critics: int = option(2, "Q-guided sampling and EXPO: number of critics (their mean guides or selects)")
     edit_bound: float = option(
-        0.0, "EXPO (algo.name=expo): bound b of the Gaussian edit |delta| <= b in normalized action units; > 0 acts "
-        "by the argmax-Q of expo_samples base samples and their edits (critics: the guidance_* options)"
-    )  # fmt: skip
+        0.0,
+        "EXPO (algo.name=expo): bound b of the Gaussian edit |delta| <= b in normalized action units; > 0 acts "
+        "by the argmax-Q of expo_samples base samples and their edits (critics: the guidance_* options)",
+    )
     expo_samples: int = option(8, "EXPO: base samples N per action (2N candidates with their edits)")
     history: int = option(1, HISTORY_DOC)
 
@@ -131,8 +135,9 @@ class FlowPolicy(nn.Module, Memoryless):
         self.one_step = None
         if config.one_step:  # mu(norm(s), z) -> y, normalized action units (FQL's one-step policy)
             c = config
-            self.one_step = MLP(obs_dim + action_dim, action_dim, c.hidden, c.activation, c.output_scale,
-                                c.orthogonal_init)  # fmt: skip
+            self.one_step = MLP(
+                obs_dim + action_dim, action_dim, c.hidden, c.activation, c.output_scale, c.orthogonal_init
+            )
 
         self.guide = self.edit = None
         if config.edit_bound > 0.0:  # EXPO: the edit policy and the base noise of the deterministic action
@@ -143,8 +148,14 @@ class FlowPolicy(nn.Module, Memoryless):
         if config.guidance_scale > 0.0 or self.edit is not None:  # critics that guide (qgf) or select (expo)
             from robopt.policies.critics import QCritic
 
-            self.guide = QCritic(obs_dim, action_dim, config.guidance_hidden,
-                                 config.guidance_activation, config.guidance_critics, config.normalize_obs)  # fmt: skip
+            self.guide = QCritic(
+                obs_dim,
+                action_dim,
+                config.guidance_hidden,
+                config.guidance_activation,
+                config.guidance_critics,
+                config.normalize_obs,
+            )
             self.guide.normalizer = self.normalizer  # one observation normalizer for the flow and its critics
 
     def _extra_parts(self) -> tuple[str, ...]:
@@ -221,8 +232,9 @@ class FlowPolicy(nn.Module, Memoryless):
             return self.velocity
         from robopt.policies.guidance import GuidedVelocity
 
-        guided = GuidedVelocity(self.velocity, self.guide, self.config.guidance_scale, self.action_centre,
-                                self.action_half_range)  # fmt: skip
+        guided = GuidedVelocity(
+            self.velocity, self.guide, self.config.guidance_scale, self.action_centre, self.action_half_range
+        )
         return guided.bind(obs)
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -280,8 +292,9 @@ class ExportedFlowPolicy(nn.Module):
 
             guide = copy.deepcopy(policy.guide).eval().requires_grad_(False)
             guide.normalizer = FrozenNormalizer(policy.normalizer)
-            self.guided = GuidedVelocity(self.velocity, guide, policy.config.guidance_scale, policy.action_centre,
-                                         policy.action_half_range)  # fmt: skip
+            self.guided = GuidedVelocity(
+                self.velocity, guide, policy.config.guidance_scale, policy.action_centre, policy.action_half_range
+            )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.normalizer(obs)

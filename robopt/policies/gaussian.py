@@ -40,9 +40,10 @@ class GaussianPolicyConfig:
     state_dependent_std: bool = option(False, "log-std from a second network head (SAC's usual actor) not a vector")
     history: int = option(1, HISTORY_DOC)
     recurrent: RecurrentConfig = option(
-        RecurrentConfig(), "memory: policy.recurrent.type=gru|lstm puts a recurrent torso in front of the actor's and "
-        "the critic's MLPs (PPO, TRPO; robopt.policies.recurrent)"
-    )  # fmt: skip
+        RecurrentConfig(),
+        "memory: policy.recurrent.type=gru|lstm puts a recurrent torso in front of the actor's and "
+        "the critic's MLPs (PPO, TRPO; robopt.policies.recurrent)",
+    )
 
     def __post_init__(self) -> None:
         check_history(self.history)

@@ -52,9 +52,17 @@ class RecurrentGaussianPolicy(nn.Module):
         self.normalizer = RunningNormalizer(obs_dim, enabled=config.normalize_obs)
         self.memory = RecurrentTorso(obs_dim, memory.hidden, memory.layers, memory.type)
         self.head = GaussianPolicy(
-            memory.hidden, action_dim, action_low, action_high, config.hidden, config.activation,
-            config.log_std_init, config.squash, normalize_obs=False, orthogonal_init=config.orthogonal_init,
-        )  # fmt: skip
+            memory.hidden,
+            action_dim,
+            action_low,
+            action_high,
+            config.hidden,
+            config.activation,
+            config.log_std_init,
+            config.squash,
+            normalize_obs=False,
+            orthogonal_init=config.orthogonal_init,
+        )
 
     @property
     def squash(self) -> bool:
@@ -134,8 +142,15 @@ class RecurrentValueCritic(nn.Module):
     """V(o_1..o_t) [B] = MLP(h_t) with its own torso (the actor's and the critic's memories are separate), its own
     normalizer, and the state of each row given with the batch (``critic_state`` of a sequence batch)."""
 
-    def __init__(self, obs_dim: int, memory: RecurrentConfig, hidden, activation: str, normalize_obs: bool = True,
-                 orthogonal_init: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        obs_dim: int,
+        memory: RecurrentConfig,
+        hidden,
+        activation: str,
+        normalize_obs: bool = True,
+        orthogonal_init: bool = True,
+    ) -> None:
         super().__init__()
         self.sequence_length = memory.sequence_length
         self.normalizer = RunningNormalizer(obs_dim, enabled=normalize_obs)

@@ -124,8 +124,10 @@ def format_summary(summary: dict) -> str:
         import numpy as np
 
         returns = np.asarray(summary["episode_returns"])
-        lines.append(f"episodes: {returns.size}, return mean {returns.mean():.2f} (min {returns.min():.2f}, max "
-                     f"{returns.max():.2f})")  # fmt: skip
+        lines.append(
+            f"episodes: {returns.size}, return mean {returns.mean():.2f} (min {returns.min():.2f}, max "
+            f"{returns.max():.2f})"
+        )
     return "\n".join(lines)
 
 

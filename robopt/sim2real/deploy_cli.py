@@ -14,9 +14,11 @@ from robopt.options import ConfigError
 from robopt.sim2real import deploy
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
     help="robopt-deploy: run an exported policy on a robot behind the safety layer (no torch needed).",
-)  # fmt: skip
+)
 
 
 @app.callback()

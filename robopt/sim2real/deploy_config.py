@@ -39,27 +39,31 @@ class DeployConfig:
     safe_action: str = option("hold", "action target on a fault or e-stop", ("hold", "zero", "posture"))
     posture: Any = option(None, "the safe posture (A numbers within the action bounds) for safe_action: posture")
     tick_on: str = option(
-        "clock", "clock: tick every period of the runtime's clock; measurement: tick when a new observation arrives "
+        "clock",
+        "clock: tick every period of the runtime's clock; measurement: tick when a new observation arrives "
         "(never sooner than a period after the last tick, at most a quarter period later), so the policy acts on the "
-        "freshest measurement", ("clock", "measurement")
-    )  # fmt: skip
+        "freshest measurement",
+        ("clock", "measurement"),
+    )
     min_rate_share: float = option(
         0.9, "a second in which the loop ticks below this share of 1/period is reported at the time (0: never)"
-    )  # fmt: skip
+    )
     cpu_affinity: tuple[int, ...] = option(
         (), "pin the control loop's thread to these CPU ids (Linux); empty: no pinning"
-    )  # fmt: skip
+    )
     realtime_priority: int = option(
-        0, "request real-time scheduling (SCHED_FIFO) at this priority, 1 to 99 (Linux; needs root or "
-        "CAP_SYS_NICE, else one line and the normal scheduler); 0: the normal scheduler"
-    )  # fmt: skip
+        0,
+        "request real-time scheduling (SCHED_FIFO) at this priority, 1 to 99 (Linux; needs root or "
+        "CAP_SYS_NICE, else one line and the normal scheduler); 0: the normal scheduler",
+    )
     chunk_replan_every: int = option(0, "action chunks (H > 1): call the policy every k ticks (0: every H ticks)")
     log_capacity: int = option(100_000, f"ticks kept in the ring log (1 to {MAX_LOG_CAPACITY:_})")
     log_path: str = option("", "save the tick log here (.npy) when the loop closes; empty: no file")
     robot: dict = option(
-        {}, "ros2:// and zenoh:// robots: transport options, QoS, the observation map and the command "
-        "(robopt.sim2real.ros_map); empty: robopt sim-robot's /robopt/observation and /robopt/command"
-    )  # fmt: skip
+        {},
+        "ros2:// and zenoh:// robots: transport options, QoS, the observation map and the command "
+        "(robopt.sim2real.ros_map); empty: robopt sim-robot's /robopt/observation and /robopt/command",
+    )
 
     def __post_init__(self) -> None:
         checks = {

@@ -150,8 +150,10 @@ def _check_raw_observation(config: dict) -> None:
     observe = list((config.get("env") or {}).get("observe") or [])
     if history > 1 or observe:
         what = f"policy.history={history}" if history > 1 else f"env.observe={observe}"
-        raise ConfigError(f"evaluate-transfer runs an export on the native env's full observation; an export with "
-                          f"{what} is not supported there: give its run directory")  # fmt: skip
+        raise ConfigError(
+            f"evaluate-transfer runs an export on the native env's full observation; an export with "
+            f"{what} is not supported there: give its run directory"
+        )
 
 
 def _cell_params(nominal: dict, factors: dict[str, float], num_envs: int) -> dict:
@@ -173,8 +175,9 @@ def _disturbance_options(delay: int, force: float) -> dict:
     if delay > 0:
         randomization["action_delay"] = [delay, delay]
     if force > 0:
-        randomization.update(push_force=[force, force], push_interval=[PUSH_INTERVAL, PUSH_INTERVAL],
-                             push_duration=PUSH_DURATION)  # fmt: skip
+        randomization.update(
+            push_force=[force, force], push_interval=[PUSH_INTERVAL, PUSH_INTERVAL], push_duration=PUSH_DURATION
+        )
     return {"randomization": randomization} if randomization else {}
 
 
@@ -220,8 +223,9 @@ def evaluate_transfer(
         key = (int(cell.get("action_delay", 0)), float(cell.get("push_force", 0.0)))
         if key not in envs:
             try:
-                raw = make_env(env_id, episodes, backend="mujoco", device="cpu", **env_options,
-                               **_disturbance_options(*key))  # fmt: skip
+                raw = make_env(
+                    env_id, episodes, backend="mujoco", device="cpu", **env_options, **_disturbance_options(*key)
+                )
             except (ValueError, TypeError) as error:
                 raise ConfigError(f"env {env_id!r}: {error}") from None
             envs[key] = (raw, raw if run_config is None else policy_view(run_config, raw))

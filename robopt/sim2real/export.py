@@ -415,8 +415,11 @@ def export_run(
         period, (obs_low, obs_high) = control_period(inner), _obs_bounds(inner)
         env_id, action_low, action_high = inner.env_id, inner.action_low.tolist(), inner.action_high.tolist()
         robot, obs_names, action_names = _robot_block(raw)
-        history = None if frames == 1 else {"frames": frames, "obs_dim": raw.obs_dim, "action_dim": raw.action_dim,
-                                            "layout": LAYOUT}  # fmt: skip
+        history = (
+            None
+            if frames == 1
+            else {"frames": frames, "obs_dim": raw.obs_dim, "action_dim": raw.action_dim, "layout": LAYOUT}
+        )
         obs_names = obs_names if frames == 1 else None  # the names of the raw observation, not of the window
     finally:
         env.close()
@@ -430,14 +433,28 @@ def export_run(
         np.savez(tmp / PARITY_NAME, **parity)
         files = {fmt: FILE_NAMES[fmt] for fmt in formats}
         sidecar = Sidecar(
-            policy_kind=config.policy.name, env_id=env_id, obs_dim=obs.shape[1], action_dim=reference.shape[-1],
-            action_low=action_low, action_high=action_high, control_period=period, files=files, action_chunk=horizon,
-            obs_low=obs_low, obs_high=obs_high, robot=robot, obs_names=obs_names, action_names=action_names,
+            policy_kind=config.policy.name,
+            env_id=env_id,
+            obs_dim=obs.shape[1],
+            action_dim=reference.shape[-1],
+            action_low=action_low,
+            action_high=action_high,
+            control_period=period,
+            files=files,
+            action_chunk=horizon,
+            obs_low=obs_low,
+            obs_high=obs_high,
+            robot=robot,
+            obs_names=obs_names,
+            action_names=action_names,
             history=history,
             files_sha256={name: file_sha256(tmp / name) for name in [*files.values(), PARITY_NAME]},
-            weights_sha256=weights_sha256(policy), robopt_version=importlib.metadata.version("robopt"),
-            config=config_to_dict(config), state_dim=state_dim, format_version=3 if state_dim else 2,
-        )  # fmt: skip
+            weights_sha256=weights_sha256(policy),
+            robopt_version=importlib.metadata.version("robopt"),
+            config=config_to_dict(config),
+            state_dim=state_dim,
+            format_version=3 if state_dim else 2,
+        )
         write_sidecar(tmp, sidecar)
         _install(tmp, out_dir)
     except DeployError as error:

@@ -46,8 +46,9 @@ def torch_call(module) -> Callable:
     return call
 
 
-def sequence_difference(call: Callable, obs: np.ndarray, starts: np.ndarray, states: np.ndarray,
-                        reference: np.ndarray) -> float:  # fmt: skip
+def sequence_difference(
+    call: Callable, obs: np.ndarray, starts: np.ndarray, states: np.ndarray, reference: np.ndarray
+) -> float:
     """Max |call - reference| stepped through the sequence with its own state, and batched on the recorded states."""
     stepped, _ = step_sequence(call, obs, starts, states.shape[1])
     batched = np.asarray(call(obs, states)[0])

@@ -141,8 +141,10 @@ def verify_parity(policy: OnnxPolicy, path: Path, tolerance: float = PARITY_TOLE
     obs, expected = _read_parity(path)
     shape = (policy.action_dim,) if policy.chunk == 1 else (policy.chunk, policy.action_dim)
     if obs.ndim != 2 or obs.shape[1] != policy.obs_dim or expected.shape != (obs.shape[0], *shape):
-        raise DeployError(f"{str(path)!r} holds obs {list(obs.shape)} and action {list(expected.shape)}, not [K, D] / "
-                          f"[K, {', '.join(map(str, shape))}] for this policy")  # fmt: skip
+        raise DeployError(
+            f"{str(path)!r} holds obs {list(obs.shape)} and action {list(expected.shape)}, not [K, D] / "
+            f"[K, {', '.join(map(str, shape))}] for this policy"
+        )
     if len(obs) == 0:
         return 0.0
     if policy.state_dim:

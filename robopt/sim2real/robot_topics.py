@@ -118,6 +118,9 @@ class RobotTopics:
 
     def tracking_summary(self) -> dict[str, float]:
         sums = self._sums
-        result = {f"{name}_{key}": sums[f"{name}_{key}"] / sums[key] if sums[key] else math.nan
-                  for name in ("vel", "yaw") for key in ("steady", "all")}  # fmt: skip
+        result = {
+            f"{name}_{key}": sums[f"{name}_{key}"] / sums[key] if sums[key] else math.nan
+            for name in ("vel", "yaw")
+            for key in ("steady", "all")
+        }
         return {**result, "steps": sums["all"], "falls": self.falls}

@@ -138,8 +138,10 @@ def _topic_robot(spec: str, sidecar: Sidecar, section: dict | None) -> RobotInte
 
             allowed = {"domain_id", "interface", "peers"}
             if set(options) - allowed:
-                raise DeployError(f"robot.ros2: unknown key {sorted(set(options) - allowed)[0]!r}; allowed: "
-                                  f"{', '.join(sorted(allowed))}")  # fmt: skip
+                raise DeployError(
+                    f"robot.ros2: unknown key {sorted(set(options) - allowed)[0]!r}; allowed: "
+                    f"{', '.join(sorted(allowed))}"
+                )
             if rest:
                 if not rest.isdigit():
                     raise DeployError(f"--robot {spec!r}: expected ros2://DOMAIN_ID with a domain id in 0..232")

@@ -66,9 +66,11 @@ def cyclonedds_config(interface: str | None, peers: list[str] | None) -> str | N
     if interface:
         general += f'<Interfaces><NetworkInterface name="{escape(interface)}"/></Interfaces>'
     peer_xml = "".join(f'<Peer address="{escape(str(peer))}"/>' for peer in peers or ["127.0.0.1"])
-    return (f'<CycloneDDS><Domain id="any"><General>{general}</General><Discovery><ParticipantIndex>auto'
-            f'</ParticipantIndex><MaxAutoParticipantIndex>64</MaxAutoParticipantIndex><Peers>{peer_xml}</Peers>'
-            "</Discovery></Domain></CycloneDDS>")  # fmt: skip
+    return (
+        f'<CycloneDDS><Domain id="any"><General>{general}</General><Discovery><ParticipantIndex>auto'
+        f"</ParticipantIndex><MaxAutoParticipantIndex>64</MaxAutoParticipantIndex><Peers>{peer_xml}</Peers>"
+        "</Discovery></Domain></CycloneDDS>"
+    )
 
 
 class RawPayload(bytes):
@@ -156,8 +158,12 @@ def dds_qos(qos: Qos):
         if qos.reliability == "reliable"
         else Policy.Reliability.BestEffort
     )
-    return CQos(reliability, Policy.History.KeepLast(qos.depth), Policy.Durability.Volatile,
-                Policy.DataRepresentation(use_cdrv0_representation=True))  # fmt: skip
+    return CQos(
+        reliability,
+        Policy.History.KeepLast(qos.depth),
+        Policy.Durability.Volatile,
+        Policy.DataRepresentation(use_cdrv0_representation=True),
+    )
 
 
 class DdsLink:
@@ -196,8 +202,9 @@ class DdsLink:
             self.readers[topic] = DataReader(self.participant, dds_topic, qos=dds_qos(qos), listener=listener)
         for topic, (full, qos) in publications.items():
             dds_topic = Topic(self.participant, dds_topic_name(topic), raw_type(full), qos=dds_qos(qos))
-            listener = Listener(on_publication_matched=self._on_matched(topic),
-                                on_offered_incompatible_qos=self._incompatible(topic))  # fmt: skip
+            listener = Listener(
+                on_publication_matched=self._on_matched(topic), on_offered_incompatible_qos=self._incompatible(topic)
+            )
             self.writers[topic] = (DataWriter(self.participant, dds_topic, qos=dds_qos(qos), listener=listener), full)
 
     def _incompatible(self, topic: str):
@@ -205,8 +212,10 @@ class DdsLink:
             with self._lock:
                 self.counters["qos_mismatch"] += 1
             policy = QOS_POLICY_NAMES.get(status.last_policy_id, f"policy id {status.last_policy_id}")
-            line = (f"QoS mismatch on {topic}: a peer's {policy} cannot match this endpoint's; set robot.qos or the "
-                    "topic's qos to what the robot uses")  # fmt: skip
+            line = (
+                f"QoS mismatch on {topic}: a peer's {policy} cannot match this endpoint's; set robot.qos or the "
+                "topic's qos to what the robot uses"
+            )
             self.notices.once(f"qos:{topic}", line)
 
         return callback

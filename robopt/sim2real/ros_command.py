@@ -35,8 +35,11 @@ def _targets(value: dict, full: str, robot: dict | None, action_dim: int) -> Com
     if value["targets"] != "joint_position":
         raise fail(f"{key}.targets", f"{value['targets']!r} is not allowed; allowed: joint_position")
     if not robot or robot.get("action_type") != "joint_position":
-        raise fail(f"{key}.targets", "joint_position targets need a policy of a robot from its description with "
-                                      "joint_position actions (policy.json's robot block)")  # fmt: skip
+        raise fail(
+            f"{key}.targets",
+            "joint_position targets need a policy of a robot from its description with "
+            "joint_position actions (policy.json's robot block)",
+        )
     if set(value) & {"scale", "offset", "fields"}:
         raise fail(key, "with targets the sidecar gives scale and offset; no scale, offset or fields")
     names = list(robot["joint_names"])
@@ -53,9 +56,12 @@ def _targets(value: dict, full: str, robot: dict | None, action_dim: int) -> Com
     if full == "std_msgs/msg/Float64MultiArray" and path not in ("", "data"):
         raise fail(key, "a Float64MultiArray command carries the targets in data: no field")
     if full not in ("sensor_msgs/msg/JointState", "std_msgs/msg/Float64MultiArray"):
-        raise fail(f"{key}.type", f"{short_type_name(full)} cannot carry joint positions; joint_position targets go "
-                                   "out as sensor_msgs/JointState (position) or std_msgs/Float64MultiArray (a "
-                                   "ros2_control position controller's commands)")  # fmt: skip
+        raise fail(
+            f"{key}.type",
+            f"{short_type_name(full)} cannot carry joint positions; joint_position targets go "
+            "out as sensor_msgs/JointState (position) or std_msgs/Float64MultiArray (a "
+            "ros2_control position controller's commands)",
+        )
     order = tuple(names.index(j) for j in joints)
     scale = np.asarray(robot["action_scale"], dtype=np.float64)
     offset = np.asarray(robot["action_offset"], dtype=np.float64)
@@ -94,15 +100,21 @@ def parse_command(value, action_dim: int, robot: dict | None = None) -> CommandM
         path = "data"
     elif full == "sensor_msgs/msg/JointState":
         if path not in ("position", "velocity", "effort") or len(joints) != action_dim or fields:
-            raise fail(key, f"a JointState command needs field (position, velocity or effort) and joints, one "
-                             f"name per action ({action_dim})")  # fmt: skip
+            raise fail(
+                key,
+                f"a JointState command needs field (position, velocity or effort) and joints, one "
+                f"name per action ({action_dim})",
+            )
     elif full == "geometry_msgs/msg/Twist":
         if len(fields) != action_dim or joints or path:
-            raise fail(key, f"a Twist command needs fields, one dotted path per action ({action_dim}), e.g. "
-                             "[linear.x, angular.z]")  # fmt: skip
+            raise fail(
+                key,
+                f"a Twist command needs fields, one dotted path per action ({action_dim}), e.g. [linear.x, angular.z]",
+            )
         check_scalar_fields(full, fields, f"{key}.fields")
     else:
-        raise fail(f"{key}.type", "a command is a std_msgs/Float64MultiArray, sensor_msgs/JointState or "
-                                   "geometry_msgs/Twist")  # fmt: skip
+        raise fail(
+            f"{key}.type", "a command is a std_msgs/Float64MultiArray, sensor_msgs/JointState or geometry_msgs/Twist"
+        )
     qos = qos_of(value.get("qos"), f"{key}.qos", Qos(*QOS_PROFILES["reliable"]))
     return CommandMap(topic, full, path, joints, fields, scale, offset, qos)

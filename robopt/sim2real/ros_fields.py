@@ -163,9 +163,12 @@ def _transform(item, key: str) -> tuple[Callable[[np.ndarray], np.ndarray], Call
             return n
 
         return pipeline, size
-    raise fail(key, f"unknown transform {item!r}; allowed: {', '.join(ELEMENT_TRANSFORMS)}, {{scale, offset}}, "
-                     "{clip: c}, {hook: 'package.module:function'}, a list of these, or a list in it (a "
-                     "pipeline)")  # fmt: skip
+    raise fail(
+        key,
+        f"unknown transform {item!r}; allowed: {', '.join(ELEMENT_TRANSFORMS)}, {{scale, offset}}, "
+        "{clip: c}, {hook: 'package.module:function'}, a list of these, or a list in it (a "
+        "pipeline)",
+    )
 
 
 def transforms_of(raw, key: str, path: str, size: int | None) -> tuple[tuple[Callable, ...], int | None]:

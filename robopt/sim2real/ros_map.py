@@ -162,8 +162,11 @@ def _special(entry: dict, i: int, topics: dict, inputs: set, action_dim: int) ->
     inputs.add(topic)
     fields = names_of(entry.get("fields"), f"{key}.fields", "fields")
     if not fields:
-        raise fail(f"{key}.fields", f"missing: one dotted path of {short_type_name(full)} per command value, e.g. "
-                                     "[linear.x, linear.y, angular.z]")  # fmt: skip
+        raise fail(
+            f"{key}.fields",
+            f"missing: one dotted path of {short_type_name(full)} per command value, e.g. "
+            "[linear.x, linear.y, angular.z]",
+        )
     check_scalar_fields(full, fields, f"{key}.fields")
     hold = entry.get("hold_s", 0.5)
     if isinstance(hold, bool) or not isinstance(hold, (int, float)) or not 0 < hold < math.inf:
@@ -171,8 +174,21 @@ def _special(entry: dict, i: int, topics: dict, inputs: set, action_dim: int) ->
     low, high = _bounds(entry, key, len(fields))
     transforms, size = transforms_of(entry.get("transform", "identity"), f"{key}.transform", "fields", len(fields))
     topics[topic] = (full, qos_of(entry.get("qos"), f"{key}.qos", Qos(*QOS_PROFILES["reliable"])))
-    return Selection(topic, full, "", (), (), transforms, size, key, kind="command", fields=fields, hold=float(hold),
-                     low=low, high=high)  # fmt: skip
+    return Selection(
+        topic,
+        full,
+        "",
+        (),
+        (),
+        transforms,
+        size,
+        key,
+        kind="command",
+        fields=fields,
+        hold=float(hold),
+        low=low,
+        high=high,
+    )
 
 
 def _selection(entry, i: int, topics: dict, default_qos: Qos, action_dim: int, inputs: set) -> Selection:
@@ -194,8 +210,11 @@ def _selection(entry, i: int, topics: dict, default_qos: Qos, action_dim: int, i
         except MessageTypeError as error:
             raise fail(f"{key}.type", str(error)) from None
         if full not in TOPIC_TYPES:
-            raise fail(f"{key}.type", f"{entry['type']!r} is part of a message, not a topic type; allowed: "
-                                       f"{', '.join(short_type_name(t) for t in TOPIC_TYPES)}")  # fmt: skip
+            raise fail(
+                f"{key}.type",
+                f"{entry['type']!r} is part of a message, not a topic type; allowed: "
+                f"{', '.join(short_type_name(t) for t in TOPIC_TYPES)}",
+            )
         if topic in topics and topics[topic][0] != full:
             raise fail(f"{key}.type", f"{topic} is {short_type_name(topics[topic][0])} in an earlier entry")
         topics[topic] = (full, qos_of(entry.get("qos"), f"{key}.qos", topics.get(topic, (full, default_qos))[1]))
@@ -208,8 +227,10 @@ def _selection(entry, i: int, topics: dict, default_qos: Qos, action_dim: int, i
     full = topics[topic][0]
     path = entry.get("field")
     if not isinstance(path, str) or not path:
-        raise fail(f"{key}.field", f"missing: a field of {short_type_name(full)}, e.g. "
-                                    f"{next(n for n, _ in MESSAGES[full] if n != 'header')}")  # fmt: skip
+        raise fail(
+            f"{key}.field",
+            f"missing: a field of {short_type_name(full)}, e.g. {next(n for n, _ in MESSAGES[full] if n != 'header')}",
+        )
     try:
         size = numeric_size(full, path)
     except MessageTypeError as error:
@@ -270,8 +291,10 @@ def parse_robot_map(
     )
     sizes = [s.size for s in observation]
     if all(size is not None for size in sizes) and sum(sizes) != obs_dim:
-        raise fail("robot.observation", f"the entries give {sum(sizes)} numbers ({' + '.join(map(str, sizes))}) "
-                                         f"but the policy takes {obs_dim}")  # fmt: skip
+        raise fail(
+            "robot.observation",
+            f"the entries give {sum(sizes)} numbers ({' + '.join(map(str, sizes))}) but the policy takes {obs_dim}",
+        )
     command = parse_command(section.get("command"), action_dim, robot)
     if command.topic in topics:
         raise fail("robot.command.topic", f"{command.topic} is also an observation topic")

@@ -167,8 +167,12 @@ def _type_description(full: str) -> dict:
         increment = 0 if size is None else (48 if size > 0 else 144)
         nested = item if item in MESSAGES else ""
         type_id = increment + (1 if nested else _TYPE_IDS[item])
-        fields.append({"name": name, "type": {"type_id": type_id, "capacity": size or 0, "string_capacity": 0,
-                                              "nested_type_name": nested}})  # fmt: skip
+        fields.append(
+            {
+                "name": name,
+                "type": {"type_id": type_id, "capacity": size or 0, "string_capacity": 0, "nested_type_name": nested},
+            }
+        )
     return {"type_name": full, "fields": fields}
 
 

@@ -260,6 +260,7 @@ def serve(
     delay_ticks: int = 0,
 ) -> ServeResult:
     """Build a ``SimRobotServer``, serve, close; prints (``log``) the ready line, each episode and the summary."""
-    server = SimRobotServer(env_id, port, host, period, latency_ms, loss, seed, peer, log, command_timeout_ms,
-                            delay_ticks)  # fmt: skip
+    server = SimRobotServer(
+        env_id, port, host, period, latency_ms, loss, seed, peer, log, command_timeout_ms, delay_ticks
+    )
     return serve_and_close(server, duration, episodes, stop)

@@ -129,8 +129,16 @@ def _plain_file_name(name) -> bool:
 
 def _check_types(s: Sidecar) -> None:
     """The JSON types of the fields the runtime uses as strings, names, file names and mappings."""
-    for name in ("policy_kind", "env_id", "onnx_input", "onnx_output", "weights_sha256", "robopt_version",
-                 "onnx_state_input", "onnx_state_output"):  # fmt: skip
+    for name in (
+        "policy_kind",
+        "env_id",
+        "onnx_input",
+        "onnx_output",
+        "weights_sha256",
+        "robopt_version",
+        "onnx_state_input",
+        "onnx_state_output",
+    ):
         if not isinstance(getattr(s, name), str):
             _fail(f"{name} must be a string, got {getattr(s, name)!r:.80}")
     for name in ("obs_names", "action_names"):
@@ -157,8 +165,10 @@ def check_sidecar(s: Sidecar) -> None:
     if not isinstance(s.state_dim, int) or isinstance(s.state_dim, bool) or s.state_dim < 0:
         _fail(f"state_dim must be an integer >= 0, got {s.state_dim!r}")
     if (s.state_dim > 0) != (s.format_version == 3):
-        _fail(f"state_dim {s.state_dim} with format_version {s.format_version}: a policy with memory is version 3, "
-              "and only it")  # fmt: skip
+        _fail(
+            f"state_dim {s.state_dim} with format_version {s.format_version}: a policy with memory is version 3, "
+            "and only it"
+        )
     if s.state_dim > 0 and s.action_chunk != 1:
         _fail("a policy with memory (state_dim > 0) acts one action per call: action_chunk must be 1")
     for name in ("obs_dim", "action_dim", "action_chunk"):
@@ -200,8 +210,10 @@ def _check_history(s: Sidecar) -> None:
         _fail(f"history.layout {history['layout']!r:.80} is not the one this runtime reads ({HISTORY_LAYOUT!r})")
     if action_dim != s.action_dim or frames * (obs_dim + action_dim) != s.obs_dim:
         window = frames * (obs_dim + action_dim)
-        _fail(f"history of {frames} frames of obs_dim {obs_dim}, action_dim {action_dim} needs obs_dim {window} and "
-              f"action_dim {action_dim}, got {s.obs_dim} and {s.action_dim}")  # fmt: skip
+        _fail(
+            f"history of {frames} frames of obs_dim {obs_dim}, action_dim {action_dim} needs obs_dim {window} and "
+            f"action_dim {action_dim}, got {s.obs_dim} and {s.action_dim}"
+        )
     if s.action_chunk != 1:
         _fail(f"history needs action_chunk 1 (one action per control tick), got {s.action_chunk}")
 

@@ -59,8 +59,9 @@ def _topics(terms: list[dict], command: dict | None, topics: dict | None) -> dic
     if topics is not None:
         unknown = sorted(set(topics) - set(names)) if isinstance(topics, dict) else [topics]
         if unknown:
-            raise ConfigError(f"robot.topics: unknown key {unknown[0]!r}; this policy's sources use: "
-                              f"{', '.join(names) or '(none)'}")  # fmt: skip
+            raise ConfigError(
+                f"robot.topics: unknown key {unknown[0]!r}; this policy's sources use: {', '.join(names) or '(none)'}"
+            )
         names.update(topics)
     return names
 
@@ -68,28 +69,36 @@ def _topics(terms: list[dict], command: dict | None, topics: dict | None) -> dic
 def observation_from_sidecar(robot: dict | None, topics: dict | None, cmd_vel: dict | None) -> list[dict]:
     """The ``robot.observation`` entries for a policy whose sidecar ``robot`` block is ``robot`` (module doc)."""
     if not robot:
-        raise ConfigError("robot.observation: from_sidecar needs a policy of a robot from its description (env.id: "
-                          "robot); this export's policy.json has no robot block")  # fmt: skip
+        raise ConfigError(
+            "robot.observation: from_sidecar needs a policy of a robot from its description (env.id: "
+            "robot); this export's policy.json has no robot block"
+        )
     observation = robot.get("observation") or {}
     terms = observation.get("terms") or []
     command = robot.get("command")
     has_command = any((term.get("deploy") or {}).get("command") for term in terms)
     if cmd_vel is not None and not has_command:
         listed = ", ".join(t["name"] for t in terms)
-        raise ConfigError(f"robot.cmd_vel: this policy has no velocity command input (its observation terms: "
-                          f"{listed}); a Twist command topic has nothing to feed")  # fmt: skip
+        raise ConfigError(
+            f"robot.cmd_vel: this policy has no velocity command input (its observation terms: "
+            f"{listed}); a Twist command topic has nothing to feed"
+        )
     names = _topics(terms, command, topics)
     typed: set[str] = set()  # a topic's message type is given on its first entry
     entries = []
     for term in terms:
         if "deploy" not in term:
-            raise ConfigError("robot.observation: this policy.json was written before the sidecar carried each term's "
-                              "deploy source; export the run again (robopt export RUN --force)")  # fmt: skip
+            raise ConfigError(
+                "robot.observation: this policy.json was written before the sidecar carried each term's "
+                "deploy source; export the run again (robopt export RUN --force)"
+            )
         deploy = term["deploy"]
         if not deploy:
-            raise ConfigError(f"robot.observation: the policy's term {term['name']!r} has no ROS 2 source (its "
-                              "declaration names no deploy source); write robot.observation by hand "
-                              "(docs/ros2.md)")  # fmt: skip
+            raise ConfigError(
+                f"robot.observation: the policy's term {term['name']!r} has no ROS 2 source (its "
+                "declaration names no deploy source); write robot.observation by hand "
+                "(docs/ros2.md)"
+            )
         steps_args = ([float(v) for v in term["scale"]], term.get("clip"))
         if deploy.get("command"):
             entries.append(_command(command, names, cmd_vel or {}, *steps_args))
@@ -122,8 +131,10 @@ def _command(command: dict | None, names: dict, options: dict, scale: list[float
     """The command input: the command kind's message and fields, clamped into the trained (or narrower) ranges."""
     if not command or not command.get("deploy"):
         kind = (command or {}).get("type", "none recorded")
-        raise ConfigError(f"robot.observation: the policy observes a command (type {kind}) but its sidecar records no "
-                          "message a robot computer receives it in; write robot.observation by hand")  # fmt: skip
+        raise ConfigError(
+            f"robot.observation: the policy observes a command (type {kind}) but its sidecar records no "
+            "message a robot computer receives it in; write robot.observation by hand"
+        )
     if not isinstance(options, dict) or set(options) - {"hold_s", "ranges", "qos"}:
         unknown = sorted(set(options) - {"hold_s", "ranges", "qos"}) if isinstance(options, dict) else [options]
         raise ConfigError(f"robot.cmd_vel: unknown key {unknown[0]!r}; allowed: hold_s, qos, ranges")
@@ -142,8 +153,10 @@ def _command(command: dict | None, names: dict, options: dict, scale: list[float
             if not ok or value[0] > value[1]:
                 raise ConfigError(f"robot.cmd_vel.ranges.{key}: expected [low, high], got {value!r}")
             if value[0] < lo or value[1] > hi:
-                raise ConfigError(f"robot.cmd_vel.ranges.{key}: [{value[0]}, {value[1]}] is wider than the trained "
-                                  f"[{lo}, {hi}]; a policy is untested outside its command ranges")  # fmt: skip
+                raise ConfigError(
+                    f"robot.cmd_vel.ranges.{key}: [{value[0]}, {value[1]}] is wider than the trained "
+                    f"[{lo}, {hi}]; a policy is untested outside its command ranges"
+                )
             lo, hi = float(value[0]), float(value[1])
         low.append(lo)
         high.append(hi)

@@ -45,7 +45,7 @@ def register(app: typer.Typer, fail: Callable[..., None]) -> None:
             "--cmd-vel",
             help="--ros2/--zenoh, a robot from its description: score this Twist topic's velocity "
             "command against the body's velocity (printed at the end)",
-        ),  # fmt: skip
+        ),
     ) -> None:
         """Serve a simulated robot: over UDP (OBS out, ACTION in), or as ROS 2 topics (--ros2, --zenoh)."""
         from robopt.options import ConfigError
@@ -57,21 +57,43 @@ def register(app: typer.Typer, fail: Callable[..., None]) -> None:
                 if port is not None or peer is not None or delay_ticks:
                     raise ValueError("--port, --peer and --delay-ticks are UDP options; --ros2/--zenoh serve topics")
                 serve_topics(
-                    env_id, "ros2" if ros2 else "zenoh", domain_id=domain_id, interface=interface,
-                    peers=dds_peer or None, zenoh_options={"connect": connect or [], "listen": listen or []},
-                    command_topic=command_topic, period=period, latency_ms=latency_ms, loss=loss, seed=seed,
-                    duration=duration, episodes=episodes, command_timeout_ms=command_timeout_ms, log=typer.echo,
+                    env_id,
+                    "ros2" if ros2 else "zenoh",
+                    domain_id=domain_id,
+                    interface=interface,
+                    peers=dds_peer or None,
+                    zenoh_options={"connect": connect or [], "listen": listen or []},
+                    command_topic=command_topic,
+                    period=period,
+                    latency_ms=latency_ms,
+                    loss=loss,
+                    seed=seed,
+                    duration=duration,
+                    episodes=episodes,
+                    command_timeout_ms=command_timeout_ms,
+                    log=typer.echo,
                     cmd_vel_topic=cmd_vel,
-                )  # fmt: skip
+                )
                 return
             if cmd_vel is not None:
                 raise ValueError("--cmd-vel is a topic: serve with --ros2 or --zenoh")
             if port is None:
                 raise ValueError("missing --port PORT (UDP), or --ros2 / --zenoh to serve topics")
             serve(
-                env_id, port, host, period, latency_ms, loss, seed, duration, episodes, peer,
-                log=typer.echo, command_timeout_ms=command_timeout_ms, delay_ticks=delay_ticks,
-            )  # fmt: skip
+                env_id,
+                port,
+                host,
+                period,
+                latency_ms,
+                loss,
+                seed,
+                duration,
+                episodes,
+                peer,
+                log=typer.echo,
+                command_timeout_ms=command_timeout_ms,
+                delay_ticks=delay_ticks,
+            )
         except (ValueError, ConfigError) as error:  # DeployError is a ValueError
             fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
 

@@ -161,9 +161,12 @@ class TopicRobot:
         clamped = np.clip(raw, selection.low, selection.high)
         if not np.array_equal(clamped, raw):
             self._counters["command_clamped"] += 1
-            self.notices.once(f"clamped:{selection.topic}", f"{selection.key}: {selection.topic} asked for "
-                              f"{raw.tolist()}, outside the trained range [{selection.low.tolist()}, "
-                              f"{selection.high.tolist()}]: clamped (counted command_clamped)")  # fmt: skip
+            self.notices.once(
+                f"clamped:{selection.topic}",
+                f"{selection.key}: {selection.topic} asked for "
+                f"{raw.tolist()}, outside the trained range [{selection.low.tolist()}, "
+                f"{selection.high.tolist()}]: clamped (counted command_clamped)",
+            )
         return clamped
 
     def _held_command(self, i: int, selection: Selection) -> np.ndarray:
@@ -177,9 +180,10 @@ class TopicRobot:
             if latest is not None and i not in self._quiet:
                 self._quiet.add(i)
                 self._counters["command_quiet"] += 1
-                self.notices.once(f"quiet:{selection.topic}:{self._counters['command_quiet']}",
-                                  f"{selection.topic} quiet for {selection.hold:g} s: command zero until it "
-                                  "speaks again")  # fmt: skip
+                self.notices.once(
+                    f"quiet:{selection.topic}:{self._counters['command_quiet']}",
+                    f"{selection.topic} quiet for {selection.hold:g} s: command zero until it speaks again",
+                )
             raw = np.zeros(len(selection.fields))
         parts = [np.asarray(transform(raw), dtype=np.float64).reshape(-1) for transform in selection.transforms]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -229,8 +233,11 @@ class TopicRobot:
             self._counters["waiting"] += 1
             if self.clock() - self._start > SILENT_NOTICE_S:
                 for topic in missing:
-                    self.notices.once(f"silent:{topic}", f"waiting for {topic}: no valid message yet (the safe action "
-                                                   "is sent until every observation topic has published)")  # fmt: skip
+                    self.notices.once(
+                        f"silent:{topic}",
+                        f"waiting for {topic}: no valid message yet (the safe action "
+                        "is sent until every observation topic has published)",
+                    )
             return None, math.nan
         parts, oldest = [], math.inf
         for i, selection in enumerate(self.map.observation):

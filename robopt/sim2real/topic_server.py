@@ -60,8 +60,7 @@ def joint_state(env_id: str, obs: np.ndarray, wall_time: float) -> dict:
     else:
         names, position, velocity = [f"obs_{i}" for i in range(obs.size)], obs, np.zeros(0)
     stamp = {"sec": int(wall_time), "nanosec": min(int((wall_time % 1.0) * 1e9), 999_999_999)}
-    return {"header": {"stamp": stamp, "frame_id": "base"}, "name": names, "position": position,
-            "velocity": velocity}  # fmt: skip
+    return {"header": {"stamp": stamp, "frame_id": "base"}, "name": names, "position": position, "velocity": velocity}
 
 
 class TopicSimRobotServer:
@@ -108,8 +107,10 @@ class TopicSimRobotServer:
 
             self.view = RobotTopics(self.env) if is_robot_env(self.env) else None
             if cmd_vel_topic is not None and self.view is None:
-                raise ValueError(f"--cmd-vel scores a velocity command on a robot from its description; {env_id} is "
-                                 "not one (give a config or run directory with env.id: robot)")  # fmt: skip
+                raise ValueError(
+                    f"--cmd-vel scores a velocity command on a robot from its description; {env_id} is "
+                    "not one (give a config or run directory with env.id: robot)"
+                )
             self.cmd_vel_topic = cmd_vel_topic
             self.period = env_period(self.env) if period is None else float(period)
             timeout = COMMAND_TIMEOUT_PERIODS * self.period if command_timeout_ms is None else command_timeout_ms / 1e3
@@ -239,8 +240,10 @@ class TopicSimRobotServer:
             self.episodes = (self.episodes + 1) % 2**32
             result.episode_returns.append(float(info["episode_return"][0]))
             result.episode_lengths.append(int(info["episode_length"][0]))
-            self.log(f"episode {len(result.episode_returns)}: return {result.episode_returns[-1]:.3f} "
-                     f"({result.episode_lengths[-1]} steps)")  # fmt: skip
+            self.log(
+                f"episode {len(result.episode_returns)}: return {result.episode_returns[-1]:.3f} "
+                f"({result.episode_lengths[-1]} steps)"
+            )
         return obs[0].numpy().astype(np.float64)
 
     def run(
@@ -275,9 +278,11 @@ class TopicSimRobotServer:
         result.counters = {**dict(self.counters), **{f"link.{k}": v for k, v in self.link.counters.items() if v}}
         if self.view is not None and self.view.tracking:
             t = self.view.tracking_summary()
-            self.log(f"sim-robot: tracking {self.cmd_vel_topic} over {t['steps']:.0f} steps: velocity error steady "
-                     f"{t['vel_steady']:.4f} / all {t['vel_all']:.4f} m/s, yaw-rate error steady {t['yaw_steady']:.4f}"
-                     f" / all {t['yaw_all']:.4f} rad/s, falls {t['falls']}")  # fmt: skip
+            self.log(
+                f"sim-robot: tracking {self.cmd_vel_topic} over {t['steps']:.0f} steps: velocity error steady "
+                f"{t['vel_steady']:.4f} / all {t['vel_all']:.4f} m/s, yaw-rate error steady {t['yaw_steady']:.4f}"
+                f" / all {t['yaw_all']:.4f} rad/s, falls {t['falls']}"
+            )
         for notice in self.link.take_notices():
             self.log(f"sim-robot: {notice}")
         return result

@@ -128,13 +128,23 @@ class TransferResult:
 
     def to_dict(self) -> dict:
         return {
-            "format": FORMAT, "format_version": 1, "source": self.source, "source_kind": self.source_kind,
-            "env_id": self.env_id, "episodes": self.episodes, "seed": self.seed,
+            "format": FORMAT,
+            "format_version": 1,
+            "source": self.source,
+            "source_kind": self.source_kind,
+            "env_id": self.env_id,
+            "episodes": self.episodes,
+            "seed": self.seed,
             "axes": [{"name": name, "values": list(values)} for name, values in zip(self.axes, self.values)],
-            "returns": self.returns.tolist(), "mean": self.mean.tolist(), "std": self.std.tolist(),
-            "nominal": {"mean": self.nominal_return, "std": float(np.std(self.nominal_returns)),
-                        "returns": list(self.nominal_returns)},
-        }  # fmt: skip
+            "returns": self.returns.tolist(),
+            "mean": self.mean.tolist(),
+            "std": self.std.tolist(),
+            "nominal": {
+                "mean": self.nominal_return,
+                "std": float(np.std(self.nominal_returns)),
+                "returns": list(self.nominal_returns),
+            },
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> TransferResult:
@@ -146,9 +156,12 @@ class TransferResult:
                 values=tuple(tuple(float(v) for v in axis["values"]) for axis in data["axes"]),
                 returns=np.asarray(data["returns"], dtype=np.float64),
                 nominal_returns=[float(v) for v in data["nominal"]["returns"]],
-                source=data["source"], source_kind=data["source_kind"], env_id=data["env_id"],
-                episodes=int(data["episodes"]), seed=int(data["seed"]),
-            )  # fmt: skip
+                source=data["source"],
+                source_kind=data["source_kind"],
+                env_id=data["env_id"],
+                episodes=int(data["episodes"]),
+                seed=int(data["seed"]),
+            )
         except (KeyError, TypeError, ValueError) as error:
             raise ConfigError(f"transfer.json is incomplete or malformed ({type(error).__name__}: {error})") from None
 

@@ -38,8 +38,9 @@ class HistoryWindow:
         action_high: Sequence[float],
     ) -> None:
         if min(frames, obs_dim, action_dim) < 1:
-            raise DeployError(f"history: frames, obs_dim and action_dim must be >= 1, got {frames}, {obs_dim}, "
-                              f"{action_dim}")  # fmt: skip
+            raise DeployError(
+                f"history: frames, obs_dim and action_dim must be >= 1, got {frames}, {obs_dim}, {action_dim}"
+            )
         self.policy, self.frames, self.obs_dim, self.action_dim = policy, frames, obs_dim, action_dim
         low, high = np.asarray(action_low, dtype=np.float32), np.asarray(action_high, dtype=np.float32)
         if low.shape != (action_dim,) or high.shape != (action_dim,):
@@ -55,8 +56,14 @@ class HistoryWindow:
         if sidecar.history is None:
             raise DeployError("policy.json has no history block: this policy takes the raw observation")
         history = sidecar.history
-        return cls(policy, history["frames"], history["obs_dim"], history["action_dim"], sidecar.action_low,
-                   sidecar.action_high)  # fmt: skip
+        return cls(
+            policy,
+            history["frames"],
+            history["obs_dim"],
+            history["action_dim"],
+            sidecar.action_low,
+            sidecar.action_high,
+        )
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """obs [D] -> action [A] of the policy on the window ending at obs."""

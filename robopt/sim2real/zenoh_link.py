@@ -51,8 +51,9 @@ def check_endpoint(endpoint, key: str) -> str:
     if protocol in ("tcp", "udp", "tls", "quic", "ws"):
         host, colon, port = address.rpartition(":")
         if not colon or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ConfigError(f"{key}: {endpoint!r} needs a port in 1..65535 ({protocol}/HOST:PORT, e.g. "
-                              f"{protocol}/127.0.0.1:7447)")  # fmt: skip
+            raise ConfigError(
+                f"{key}: {endpoint!r} needs a port in 1..65535 ({protocol}/HOST:PORT, e.g. {protocol}/127.0.0.1:7447)"
+            )
     return endpoint
 
 

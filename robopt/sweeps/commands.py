@@ -128,8 +128,16 @@ def tune(
             dimensions = load_space(space)
             check_space(config, [*(overrides or [])], dimensions)
             check_metric_config(metric, config, [*(overrides or [])])
-            target = Sweep.create(root, config, [*(overrides or [])], [], list(range(seeds_per_trial)), cpus_per_trial,
-                                  kind="tune", extra={"metric": metric, "trials": trials})  # fmt: skip
+            target = Sweep.create(
+                root,
+                config,
+                [*(overrides or [])],
+                [],
+                list(range(seeds_per_trial)),
+                cpus_per_trial,
+                kind="tune",
+                extra={"metric": metric, "trials": trials},
+            )
             (target.path / "space.yaml").write_text(space.read_text())
         typer.echo(f"tuning in {target.path}: {trials} trials x {len(target.seeds)} seeds, objective {metric}")
         run_tune(target, dimensions, trials, metric, address, echo=typer.echo)

@@ -108,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import stable_baselines3  # noqa: F401
     except ImportError:
-        print(f"robopt: error: --peer {args.peer} needs Stable-Baselines3: pip install stable-baselines3",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"robopt: error: --peer {args.peer} needs Stable-Baselines3: pip install stable-baselines3", file=sys.stderr
+        )
         return 2
     try:
         env_id = gymnasium_id(args.env)

@@ -91,9 +91,14 @@ def interval(values: np.ndarray, statistic=iqm) -> tuple[float, float]:
         value = float(statistic(values)) if values.size else float("nan")
         return (value, value) if values.size >= 2 else (float("nan"), float("nan"))
     result = _scipy_stats().bootstrap(
-        (values,), statistic, confidence_level=CONFIDENCE, n_resamples=RESAMPLES, method="percentile",
-        random_state=0, vectorized=True,
-    )  # fmt: skip
+        (values,),
+        statistic,
+        confidence_level=CONFIDENCE,
+        n_resamples=RESAMPLES,
+        method="percentile",
+        random_state=0,
+        vectorized=True,
+    )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
@@ -109,9 +114,15 @@ def probability_of_improvement(first: np.ndarray, second: np.ndarray) -> tuple[f
     if first.size < 2 or second.size < 2:
         return value, float("nan"), float("nan")
     result = _scipy_stats().bootstrap(
-        (first, second), statistic, confidence_level=CONFIDENCE, n_resamples=RESAMPLES, method="percentile",
-        random_state=0, vectorized=True, paired=False,
-    )  # fmt: skip
+        (first, second),
+        statistic,
+        confidence_level=CONFIDENCE,
+        n_resamples=RESAMPLES,
+        method="percentile",
+        random_state=0,
+        vectorized=True,
+        paired=False,
+    )
     return value, float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
@@ -136,9 +147,19 @@ def collect(sweep: Sweep, time_to: float | None = None) -> list[dict]:
             if time_to is not None:
                 seconds.append(read_time_to(Path(status["run_dir"]), time_to)[0])
         label = point_label(point)
-        rows.append({"point": index, "label": label, "name": label, "seeds": seeds, "final": np.asarray(finals, float),
-                     "auc": np.asarray(areas, float), "curves": curves, "seconds": np.asarray(seconds, float),
-                     "other": other})  # fmt: skip
+        rows.append(
+            {
+                "point": index,
+                "label": label,
+                "name": label,
+                "seeds": seeds,
+                "final": np.asarray(finals, float),
+                "auc": np.asarray(areas, float),
+                "curves": curves,
+                "seconds": np.asarray(seconds, float),
+                "other": other,
+            }
+        )
     return rows
 
 
@@ -147,8 +168,14 @@ def summarize(values: np.ndarray) -> dict:
     if values.size == 0:
         return {"n": 0}
     low, high = interval(values)
-    return {"n": int(values.size), "mean": float(values.mean()), "median": float(np.median(values)),
-            "iqm": float(iqm(values)), "iqm_low": low, "iqm_high": high}  # fmt: skip
+    return {
+        "n": int(values.size),
+        "mean": float(values.mean()),
+        "median": float(np.median(values)),
+        "iqm": float(iqm(values)),
+        "iqm_low": low,
+        "iqm_high": high,
+    }
 
 
 def report(sweep_dir: Path, plot: bool = True, time_to: float | None = None) -> str:
@@ -183,16 +210,36 @@ def report(sweep_dir: Path, plot: bool = True, time_to: float | None = None) -> 
         lines.append("")
     if time_to is not None:
         lines += _time_to_table(rows, time_to, header)
-    comparisons = _compare(rows, lambda row: row["final"][np.isfinite(row["final"])], "final evaluation",
-                           "probability that A beats B (final evaluation)", ">", lines)  # fmt: skip
+    comparisons = _compare(
+        rows,
+        lambda row: row["final"][np.isfinite(row["final"])],
+        "final evaluation",
+        "probability that A beats B (final evaluation)",
+        ">",
+        lines,
+    )
     if time_to is not None:  # runs that never reached it: -inf, slower than any that did
-        comparisons += _compare(rows, lambda row: -row["seconds"][~np.isnan(row["seconds"])], f"time_to:{time_to:g}",
-                                f"probability that A reaches {time_to:g} in less training time than B",
-                                "faster than", lines)  # fmt: skip
+        comparisons += _compare(
+            rows,
+            lambda row: -row["seconds"][~np.isnan(row["seconds"])],
+            f"time_to:{time_to:g}",
+            f"probability that A reaches {time_to:g} in less training time than B",
+            "faster than",
+            lines,
+        )
     for row in rows:
-        summary.append({"config": row["label"], "point": row["point"], "seeds": row["seeds"],
-                        "final": row["final"].tolist(), "auc": row["auc"].tolist(), "other": row["other"],
-                        "final_stats": row["final_stats"], "auc_stats": row["auc_stats"]})  # fmt: skip
+        summary.append(
+            {
+                "config": row["label"],
+                "point": row["point"],
+                "seeds": row["seeds"],
+                "final": row["final"].tolist(),
+                "auc": row["auc"].tolist(),
+                "other": row["other"],
+                "final_stats": row["final_stats"],
+                "auc_stats": row["auc_stats"],
+            }
+        )
         if time_to is not None:
             summary[-1]["time_to"] = {"target": time_to, "seconds": [None if math.isinf(x) else x
                                                                      for x in row["seconds"].tolist()],
@@ -210,10 +257,15 @@ def _compare(rows: list[dict], values_of, measure: str, title: str, verb: str, l
     rows = [row for row in rows if values_of(row).size > 0]
     if len(rows) < 2:
         return []
-    pairs = [(a, b) for i, a in enumerate(rows) for b in rows[i + 1 :]] if len(rows) <= ALL_PAIRS else [
-        (b, rows[0]) for b in rows[1:]]  # fmt: skip
-    lines.append(f"{title}, with its 95% bootstrap interval" + ("" if len(rows) <= ALL_PAIRS else
-                 f"; each config against {rows[0]['name']}"))  # fmt: skip
+    pairs = (
+        [(a, b) for i, a in enumerate(rows) for b in rows[i + 1 :]]
+        if len(rows) <= ALL_PAIRS
+        else [(b, rows[0]) for b in rows[1:]]
+    )
+    lines.append(
+        f"{title}, with its 95% bootstrap interval"
+        + ("" if len(rows) <= ALL_PAIRS else f"; each config against {rows[0]['name']}")
+    )
     found = []
     for a, b in pairs:
         value, low, high = probability_of_improvement(values_of(a), values_of(b))
@@ -245,8 +297,10 @@ def _line(label: str, stats: dict, note: str) -> str:
     if stats["n"] == 0:
         return f"{label[:NAME_WIDTH]:40s} {0:3d} {'-':>9s}{note}"
     ci = f"[{stats['iqm_low']:.1f}, {stats['iqm_high']:.1f}]"
-    return (f"{label[:NAME_WIDTH]:40s} {stats['n']:3d} {stats['mean']:9.1f} {stats['median']:9.1f} "
-            f"{stats['iqm']:9.1f} {ci:>21s}{note}")  # fmt: skip
+    return (
+        f"{label[:NAME_WIDTH]:40s} {stats['n']:3d} {stats['mean']:9.1f} {stats['median']:9.1f} "
+        f"{stats['iqm']:9.1f} {ci:>21s}{note}"
+    )
 
 
 def _plot(rows: list[dict], path: Path) -> None:
@@ -267,10 +321,18 @@ def _plot(rows: list[dict], path: Path) -> None:
         mean = values.mean(0)
         (line,) = axis.plot(grid, mean, label=f"{row['label']} (n={len(curves)})")
         if len(curves) >= 2:
-            band = _scipy_stats().bootstrap((values,), np.mean, axis=0, confidence_level=CONFIDENCE,
-                                            n_resamples=1000, method="percentile", random_state=0)  # fmt: skip
-            axis.fill_between(grid, band.confidence_interval.low, band.confidence_interval.high,
-                              color=line.get_color(), alpha=0.2)  # fmt: skip
+            band = _scipy_stats().bootstrap(
+                (values,),
+                np.mean,
+                axis=0,
+                confidence_level=CONFIDENCE,
+                n_resamples=1000,
+                method="percentile",
+                random_state=0,
+            )
+            axis.fill_between(
+                grid, band.confidence_interval.low, band.confidence_interval.high, color=line.get_color(), alpha=0.2
+            )
     axis.set_xlabel("env steps")
     axis.set_ylabel("training episode return")
     axis.legend(fontsize=7)

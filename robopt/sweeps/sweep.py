@@ -63,8 +63,17 @@ class Sweep:
         self.seeds: list[int] = self.spec["seeds"]
 
     @classmethod
-    def create(cls, root: Path, config_path: Path, overrides: list[str], points: list[dict], seeds: list[int],
-               cpus_per_trial: int, kind: str = "sweep", extra: dict | None = None) -> Sweep:  # fmt: skip
+    def create(
+        cls,
+        root: Path,
+        config_path: Path,
+        overrides: list[str],
+        points: list[dict],
+        seeds: list[int],
+        cpus_per_trial: int,
+        kind: str = "sweep",
+        extra: dict | None = None,
+    ) -> Sweep:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         path = Path(root) / config_path.stem / stamp
         (path / "trials").mkdir(parents=True)
@@ -122,9 +131,22 @@ class Sweep:
         from robopt.experiment import load_config
 
         config = load_config(self.spec["config"], self.spec["overrides"])
-        return [sys.executable, "-m", "robopt.sweeps.peers", peer, "--env", config.env.id, "--seed", str(trial.seed),
-                "--steps", str(config.total_steps), "--run-root", str(self.run_root(trial)),
-                "--eval-episodes", str(max(1, config.log.eval_episodes))]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "robopt.sweeps.peers",
+            peer,
+            "--env",
+            config.env.id,
+            "--seed",
+            str(trial.seed),
+            "--steps",
+            str(config.total_steps),
+            "--run-root",
+            str(self.run_root(trial)),
+            "--eval-episodes",
+            str(max(1, config.log.eval_episodes)),
+        ]
 
     def label(self, trial: Trial) -> str:
         return f"{point_label(self.points[trial.point])} seed {trial.seed}"
@@ -150,8 +172,9 @@ def execute(command: list[str], log_path: str, threads: int, cwd: str) -> tuple[
     start = time.perf_counter()
     preexec = _die_with_parent if sys.platform.startswith("linux") else None
     with open(log_path, "a") as log:
-        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                              preexec_fn=preexec).returncode  # fmt: skip
+        code = subprocess.run(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, preexec_fn=preexec
+        ).returncode
     seconds = time.perf_counter() - start
     lines = [line.strip() for line in Path(log_path).read_text(errors="replace").splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("robopt: error:")]

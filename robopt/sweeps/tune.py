@@ -79,8 +79,10 @@ def check_space(config_path, overrides: list[str], dimensions: list[Dimension]) 
 
 def _point(params: dict) -> dict[str, str]:
     """Optuna's params as override texts (YAML flow style: lists and strings survive the round trip)."""
-    return {key: yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...") for key, value in
-            params.items()}  # fmt: skip
+    return {
+        key: yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...")
+        for key, value in params.items()
+    }
 
 
 def _intermediate(sweep: Sweep, trials: list[Trial], metric: str = "final") -> tuple[int, float] | None:
@@ -139,15 +141,20 @@ def objective_value(sweep: Sweep, trial: Trial, status: dict, metric: str) -> fl
     return area_under_curve(*read_curve(run_dir)) if run_dir is not None else float("nan")
 
 
-def run_tune(sweep: Sweep, dimensions: list[Dimension], total_trials: int, metric: str, address: str = "",
-             echo=print) -> None:  # fmt: skip
+def run_tune(
+    sweep: Sweep, dimensions: list[Dimension], total_trials: int, metric: str, address: str = "", echo=print
+) -> None:
     """Run Optuna trials until ``total_trials`` are complete or pruned (module doc)."""
     optuna = _optuna()
     storage = f"sqlite:///{sweep.path / 'study.db'}"
     study = optuna.create_study(
-        study_name="robopt", storage=storage, direction="maximize", load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=0), pruner=optuna.pruners.MedianPruner(n_startup_trials=3),
-    )  # fmt: skip
+        study_name="robopt",
+        storage=storage,
+        direction="maximize",
+        load_if_exists=True,
+        sampler=optuna.samplers.TPESampler(seed=0),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=3),
+    )
     states = optuna.trial.TrialState
     if not study.get_trials(deepcopy=False):  # a new study measures the config as written first, when it can
         own = config_params(sweep, dimensions)

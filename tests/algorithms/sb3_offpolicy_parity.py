@@ -74,8 +74,17 @@ def robopt_loop(algo: str, compile_update: bool = False):
 
 def sb3_model(cls, **kwargs):
     """SB3's SAC or TD3 with its defaults but net_arch [32, 32]; its logger keeps train()'s losses."""
-    model = cls("MlpPolicy", ENV_ID, policy_kwargs={"net_arch": HIDDEN}, buffer_size=BATCH, learning_starts=0,
-                batch_size=BATCH, seed=SEED, device="cpu", **kwargs)  # fmt: skip
+    model = cls(
+        "MlpPolicy",
+        ENV_ID,
+        policy_kwargs={"net_arch": HIDDEN},
+        buffer_size=BATCH,
+        learning_starts=0,
+        batch_size=BATCH,
+        seed=SEED,
+        device="cpu",
+        **kwargs,
+    )
     # train() records into logger.name_to_value; folder None and no outputs: nothing is written (SB3's configure()
     # would make an SB3-<date> directory in the system temp dir)
     model.set_logger(Logger(folder=None, output_formats=[]))
@@ -142,8 +151,10 @@ def sac_pairs(model, loop) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     last = layers[len(HIDDEN)]
     for j, head in enumerate((actor.mu, actor.log_std)):
         rows = slice(j * action_dim, (j + 1) * action_dim)  # views: they follow Adam's in-place steps
-        pairs += [(f"actor head {j} weight", head.weight, last.weight[rows]),
-                  (f"actor head {j} bias", head.bias, last.bias[rows])]  # fmt: skip
+        pairs += [
+            (f"actor head {j} weight", head.weight, last.weight[rows]),
+            (f"actor head {j} bias", head.bias, last.bias[rows]),
+        ]
     pairs += critic_pairs("critic", model.critic, algorithm.critic)
     pairs += critic_pairs("target critic", model.critic_target, algorithm.target_critic)
     return pairs + [("log_alpha", model.log_ent_coef.reshape(()), algorithm.log_alpha)]
@@ -165,8 +176,10 @@ def copy_weights(pairs) -> None:
 
 def differences(pairs) -> dict[str, float]:
     """Max |SB3 - robopt| per tensor."""
-    return {name: float((source.detach().reshape(target.shape) - target.detach()).abs().max())
-            for name, source, target in pairs}  # fmt: skip
+    return {
+        name: float((source.detach().reshape(target.shape) - target.detach()).abs().max())
+        for name, source, target in pairs
+    }
 
 
 def assert_same_weights(pairs, atol: float, context: str) -> None:

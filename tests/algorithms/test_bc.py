@@ -36,9 +36,15 @@ def dataset_root(tmp_path_factory) -> Path:
     env = make_env("robopt/MultiGoal", 8)
     episodes = record_episodes(env, linear_controller, 120, seed=0, progress=False)
     write_dataset(
-        "test/linear-v0", episodes, "robopt/MultiGoal", env.obs_dim, env.action_dim, env.action_low,
-        env.action_high, root=root,
-    )  # fmt: skip
+        "test/linear-v0",
+        episodes,
+        "robopt/MultiGoal",
+        env.obs_dim,
+        env.action_dim,
+        env.action_low,
+        env.action_high,
+        root=root,
+    )
     return root
 
 
@@ -57,7 +63,7 @@ def bc_config(tmp_path, dataset_root, policy="gaussian", **algo) -> ExperimentCo
                 "patience": 40,
                 "learning_rate": 3e-3,
                 **algo,
-            },  # fmt: skip
+            },
             "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 4, "checkpoint_every": 1},
         },
     )
@@ -134,11 +140,17 @@ def test_init_from_loads_policy_and_critic_warmup_freezes_the_actor(tmp_path, da
 def test_init_normalizer_update_merges_the_rollouts_statistics(tmp_path, dataset_root):
     bc = train(bc_config(tmp_path, dataset_root, "gaussian", epochs=1))
     bc_count = load_checkpoint(bc.run_dir / LAST_CHECKPOINT)["loop"]["policy"]["normalizer.count"]
-    config = build_dataclass(ExperimentConfig, {
-        "env": {"id": "robopt/MultiGoal", "num_envs": 8}, "policy": {"name": "gaussian", "hidden": [64, 64]},
-        "rollout": {"num_steps": 16}, "algo": {"name": "ppo", "epochs": 1, "minibatch_size": 64},
-        "init_from": str(bc.run_dir), "init_normalizer": "update",
-    })  # fmt: skip
+    config = build_dataclass(
+        ExperimentConfig,
+        {
+            "env": {"id": "robopt/MultiGoal", "num_envs": 8},
+            "policy": {"name": "gaussian", "hidden": [64, 64]},
+            "rollout": {"num_steps": 16},
+            "algo": {"name": "ppo", "epochs": 1, "minibatch_size": 64},
+            "init_from": str(bc.run_dir),
+            "init_normalizer": "update",
+        },
+    )
     loop = build_loop(config, initialize=True)
     loop.iteration(0.0)
     assert float(loop.policy.normalizer.count) == float(bc_count) + 8 * 16
@@ -159,7 +171,7 @@ def test_init_from_mismatches_are_one_line_errors(tmp_path, dataset_root):
                 "algo": {"name": "ppo"},
             },
             "was trained on robopt/MultiGoal, this config runs Pendulum-v1",
-        ),  # fmt: skip
+        ),
         ({"init_from": str(gaussian.run_dir), "policy": {"name": "gaussian", "hidden": [8]}}, "policy sizes differ"),
     ]
     for override, message in cases:
@@ -176,9 +188,12 @@ def test_incompatible_dataset_is_refused_by_the_cli_and_nothing_is_written(tmp_p
         f"log: {{run_root: {tmp_path / 'runs'}}}\n"
     )
     result = subprocess.run(
-        [sys.executable, "-m", "robopt.cli", "train", str(config)], capture_output=True, text=True, cwd=ROOT,
+        [sys.executable, "-m", "robopt.cli", "train", str(config)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
         timeout=120,
-    )  # fmt: skip
+    )
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
     assert "observation" in result.stderr or "robopt/MultiGoal" in result.stderr, result.stderr

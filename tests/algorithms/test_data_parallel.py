@@ -95,8 +95,10 @@ def _trpo_worker(rank: int, tmp_path: Path) -> None:
     trpo, batch = _trpo(32)
     trpo.use_collective(collective)
     metrics = trpo.update(batch.index(torch.arange(32 * rank, 32 * (rank + 1))), 0.0)
-    torch.save({"policy": trpo.policy.state_dict(), "critic": trpo.critic.state_dict(), "kl": metrics["kl"]},
-               tmp_path / f"{rank}.pt")  # fmt: skip
+    torch.save(
+        {"policy": trpo.policy.state_dict(), "critic": trpo.critic.state_dict(), "kl": metrics["kl"]},
+        tmp_path / f"{rank}.pt",
+    )
     collective.close(synchronize=True)
 
 
@@ -159,8 +161,16 @@ def _statistics_worker(rank: int, tmp_path: Path) -> None:
     envs = slice(4 * rank, 4 * rank + 4)
     scaled = torch.cat([scaler(reward[:8, envs], done[:8, envs], collective),
                         scaler(reward[8:, envs], done[8:, envs], collective)])  # fmt: skip
-    torch.save({"mean": normalizer.mean, "var": normalizer.var, "count": normalizer.count, "adv": (mean, std),
-                "scaled": scaled}, tmp_path / f"{rank}.pt")  # fmt: skip
+    torch.save(
+        {
+            "mean": normalizer.mean,
+            "var": normalizer.var,
+            "count": normalizer.count,
+            "adv": (mean, std),
+            "scaled": scaled,
+        },
+        tmp_path / f"{rank}.pt",
+    )
     collective.close(synchronize=True)
 
 
@@ -241,9 +251,13 @@ def test_what_several_ranks_do_not_support_is_refused_before_any_collective(tmp_
 
 def _robopt(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "robopt", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
+        [sys.executable, "-m", "robopt", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
         env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    )
 
 
 SMALL = ["configs/ppo_halfcheetah_fast.yaml", "env.num_envs=4", "rollout.num_steps=16", "algo.minibatch_size=32",
@@ -290,8 +304,13 @@ def _free_port() -> int:
 def test_a_rendezvous_that_never_completes_or_a_port_in_use_is_one_line(tmp_path):
     common = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "ROBOPT_DIST_TIMEOUT_S": "3", "LOCAL_RANK": "0"}
     start = time.perf_counter()
-    alone = _robopt("train", *SMALL, f"log.run_root={tmp_path}", env={**common, "RANK": "1",
-                    "MASTER_PORT": str(_free_port())}, timeout=60)  # fmt: skip
+    alone = _robopt(
+        "train",
+        *SMALL,
+        f"log.run_root={tmp_path}",
+        env={**common, "RANK": "1", "MASTER_PORT": str(_free_port())},
+        timeout=60,
+    )
     assert time.perf_counter() - start < 45
     assert alone.returncode == 2, alone.stderr
     assert "rank 1 of 2: could not join the process group at 127.0.0.1:" in alone.stderr
@@ -300,8 +319,13 @@ def test_a_rendezvous_that_never_completes_or_a_port_in_use_is_one_line(tmp_path
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        busy = _robopt("train", *SMALL, f"log.run_root={tmp_path}", env={**common, "RANK": "0",
-                       "MASTER_PORT": str(port)}, timeout=60)  # fmt: skip
+        busy = _robopt(
+            "train",
+            *SMALL,
+            f"log.run_root={tmp_path}",
+            env={**common, "RANK": "0", "MASTER_PORT": str(port)},
+            timeout=60,
+        )
     assert busy.returncode == 2 and f"could not join the process group at 127.0.0.1:{port}" in busy.stderr
     assert len(busy.stderr.strip().splitlines()) == 1
 

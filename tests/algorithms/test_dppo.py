@@ -26,12 +26,19 @@ from robopt.runner import train
 def _experiment(tmp_path, algo: dict, policy: dict | None = None, total_steps: int = 128) -> ExperimentConfig:
     small = {"name": "diffusion", "hidden": [16], "denoising_steps": 6, "ft_steps": 3, "ddim_steps": 2}
     policy = policy if policy and "name" in policy else {**small, **(policy or {})}
-    return build_dataclass(ExperimentConfig, {
-        "name": "dppo_small", "total_steps": total_steps, "env": {"id": "Pendulum-v1", "num_envs": 2},
-        "policy": policy,
-        "critic": {"hidden": [16]}, "rollout": {"num_steps": 32},
-        "algo": algo, "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 0},
-    })  # fmt: skip
+    return build_dataclass(
+        ExperimentConfig,
+        {
+            "name": "dppo_small",
+            "total_steps": total_steps,
+            "env": {"id": "Pendulum-v1", "num_envs": 2},
+            "policy": policy,
+            "critic": {"hidden": [16]},
+            "rollout": {"num_steps": 32},
+            "algo": algo,
+            "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 0},
+        },
+    )
 
 
 def test_denoising_discount_and_clip_schedule_by_hand():
@@ -61,9 +68,15 @@ def _rollout(policy: DiffusionPolicy, rows: int, advantage: float) -> RolloutBat
     action, info = policy.act(obs)
     zeros = torch.zeros(rows)
     return RolloutBatch(
-        obs=obs, action=action, policy_info=info, value=zeros, advantage=torch.full((rows,), advantage),
-        return_target=zeros, terminated=zeros.bool(), truncated=zeros.bool(),
-    )  # fmt: skip
+        obs=obs,
+        action=action,
+        policy_info=info,
+        value=zeros,
+        advantage=torch.full((rows,), advantage),
+        return_target=zeros,
+        terminated=zeros.bool(),
+        truncated=zeros.bool(),
+    )
 
 
 def _small_policy(**overrides) -> DiffusionPolicy:

@@ -47,9 +47,11 @@ def test_evaluations_every_n_steps_are_logged_and_change_nothing(tmp_path):
 
 @pytest.mark.parametrize(
     ("log", "message"),
-    [({"eval_every": -1}, "eval_every and eval_episodes must be >= 0"),
-     ({"eval_every": 100, "eval_episodes": 0}, "eval_every=100 needs eval_episodes > 0")],
-)  # fmt: skip
+    [
+        ({"eval_every": -1}, "eval_every and eval_episodes must be >= 0"),
+        ({"eval_every": 100, "eval_episodes": 0}, "eval_every=100 needs eval_episodes > 0"),
+    ],
+)
 def test_bad_eval_every_is_one_line(tmp_path, log, message):
     with pytest.raises(ConfigError, match=message):
         config(tmp_path, **log)

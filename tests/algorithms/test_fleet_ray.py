@@ -307,9 +307,17 @@ def goal_episode(robot: int, obs: torch.Tensor, action: torch.Tensor, success: b
     rows = obs.shape[0]
     truncated = torch.zeros(rows, dtype=torch.bool)
     truncated[-1] = True
-    return {"robot": robot, "version": 0, "obs": obs, "action": action, "reward": -torch.ones(rows),
-            "next_obs": torch.cat([obs[1:], obs[-1:]]), "terminated": torch.zeros(rows, dtype=torch.bool),
-            "truncated": truncated, "success": torch.tensor([success])}  # fmt: skip
+    return {
+        "robot": robot,
+        "version": 0,
+        "obs": obs,
+        "action": action,
+        "reward": -torch.ones(rows),
+        "next_obs": torch.cat([obs[1:], obs[-1:]]),
+        "terminated": torch.zeros(rows, dtype=torch.bool),
+        "truncated": truncated,
+        "success": torch.tensor([success]),
+    }
 
 
 @pytest.mark.parametrize("variant", ["plain", "exp_weighted_linear"])
@@ -341,8 +349,10 @@ def test_fert_clones_the_successful_action_nearest_to_a_failure(local_ray, varia
         # the failure's last 3 observations lie next to the successful window obs[4:7], which ends at step 6
         bad_obs = torch.cat([torch.randn(2, 9, generator=generator), good_obs[4:7] + 0.01])
         stats = loop.new_stats()
-        for robot, experience in ((0, goal_episode(0, good_obs, good_action, True)),
-                                  (1, goal_episode(1, bad_obs, torch.zeros(5, 3), False))):  # fmt: skip
+        for robot, experience in (
+            (0, goal_episode(0, good_obs, good_action, True)),
+            (1, goal_episode(1, bad_obs, torch.zeros(5, 3), False)),
+        ):
             ref = ray.put([experience])
             loop.inflight[ref] = (robot, experience["obs"].shape[0], 0)
             loop._ingest(ref, stats)

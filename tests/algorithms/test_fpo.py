@@ -17,11 +17,15 @@ def _experiment(tmp_path, algo: dict, policy: dict) -> dict:
     if algo["name"] != "trpo":  # PPO's and FPO's update: one epoch of one minibatch
         algo = {"epochs": 1, "minibatch_size": 64, **algo}
     return {
-        "name": "flow_small", "total_steps": 64, "env": {"id": "Pendulum-v1", "num_envs": 2},
-        "policy": {"hidden": [16], **policy}, "critic": {"hidden": [16]}, "rollout": {"num_steps": 32},
+        "name": "flow_small",
+        "total_steps": 64,
+        "env": {"id": "Pendulum-v1", "num_envs": 2},
+        "policy": {"hidden": [16], **policy},
+        "critic": {"hidden": [16]},
+        "rollout": {"num_steps": 32},
         "algo": algo,
         "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 0},
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize(

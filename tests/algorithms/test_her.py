@@ -31,7 +31,7 @@ def her_config(tmp_path, env_id="mujoco/GripperReach", **loop) -> ExperimentConf
                 "hidden": [32, 32],
                 "activation": "relu",
                 "normalize_obs": False,
-            },  # fmt: skip
+            },
             "algo": {
                 "name": "sac",
                 "critic_hidden": [32, 32],
@@ -42,7 +42,7 @@ def her_config(tmp_path, env_id="mujoco/GripperReach", **loop) -> ExperimentConf
                     "iteration_steps": 200,
                     "her_strategy": "future",
                     **loop,
-                },  # fmt: skip
+                },
             },
             "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 4, "checkpoint_every": 2},
         },
@@ -98,9 +98,14 @@ def test_sac_her_reaches_the_goal(tmp_path):
     # about 35 s and measured success 1.0 at 5k steps on seeds 0-3 (0.05 at 4k, seed 0), so 6k leaves a margin.
     config = load_config(
         "configs/sac_her_reach.yaml",
-        [f"log.run_root={tmp_path}", "log.progress=false", "total_steps=6000", "policy.hidden=[64,64]",
-         "algo.critic_hidden=[64,64]"],
-    )  # fmt: skip
+        [
+            f"log.run_root={tmp_path}",
+            "log.progress=false",
+            "total_steps=6000",
+            "policy.hidden=[64,64]",
+            "algo.critic_hidden=[64,64]",
+        ],
+    )
     result = train(config)
     summary = json.loads((result.run_dir / "eval.json").read_text())
     assert summary["success_rate"] >= 0.9, summary

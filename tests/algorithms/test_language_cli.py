@@ -87,8 +87,14 @@ def test_trpo_needs_the_acting_logits(tmp_path):
 
 @pytest.mark.slow  # end to end in other processes: make test, not test-fast
 def test_train_then_eval_reports_heldout_accuracy(tmp_path):
-    result = _robopt_process("train", "configs/grpo_addition.yaml", f"log.run_root={tmp_path}", "--no-progress",
-                             "total_steps=128", "log.eval_episodes=8")  # fmt: skip
+    result = _robopt_process(
+        "train",
+        "configs/grpo_addition.yaml",
+        f"log.run_root={tmp_path}",
+        "--no-progress",
+        "total_steps=128",
+        "log.eval_episodes=8",
+    )
     assert result.returncode == 0, result.stderr
     (run_dir,) = (tmp_path / "grpo_addition").iterdir()
     result = _robopt_process("eval", str(run_dir), "--episodes", "8", "--pass-k", "4")

@@ -35,10 +35,15 @@ def token_batch(mask: torch.Tensor, log_prob: torch.Tensor) -> RolloutBatch:
     rows = mask.shape[0]
     no_end = torch.zeros(rows, dtype=torch.bool)
     return RolloutBatch(
-        obs=torch.zeros(rows, D), action=torch.zeros(rows, T), policy_info={"mask": mask, "log_prob": log_prob},
-        value=torch.zeros(rows), advantage=torch.tensor([1.0, -1.0, 0.5]), return_target=torch.zeros(rows),
-        terminated=no_end, truncated=no_end,
-    )  # fmt: skip
+        obs=torch.zeros(rows, D),
+        action=torch.zeros(rows, T),
+        policy_info={"mask": mask, "log_prob": log_prob},
+        value=torch.zeros(rows),
+        advantage=torch.tensor([1.0, -1.0, 0.5]),
+        return_target=torch.zeros(rows),
+        terminated=no_end,
+        truncated=no_end,
+    )
 
 
 def test_completion_length_and_token_nll_by_hand():

@@ -22,9 +22,13 @@ ROOT = Path(__file__).parents[2]
 )
 def test_a_config_error_with_nproc_is_one_line_before_any_rank(args, message):
     result = subprocess.run(
-        [sys.executable, "-m", "robopt", "train", *args, "--nproc", "2", "--no-progress"], capture_output=True,
-        text=True, cwd=ROOT, timeout=120, env={**os.environ, "WORLD_SIZE": ""},
-    )  # fmt: skip
+        [sys.executable, "-m", "robopt", "train", *args, "--nproc", "2", "--no-progress"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, "WORLD_SIZE": ""},
+    )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr

@@ -37,12 +37,23 @@ def offline_config(
         policy = {"name": "flow", "hidden": hidden, "edit_bound": 0.5, "expo_samples": 4, "guidance_hidden": hidden,
                   "draws": 1, "steps": 4}  # fmt: skip
     elif algo == "bc":
-        return build_dataclass(ExperimentConfig, {
-            "name": "bc", "seed": seed, "env": {"id": "robopt/MultiGoal", "num_envs": 2}, "policy": policy,
-            "algo": {"name": "bc", "dataset": "test/mixed-v0", "dataset_root": str(dataset_root), "epochs": 40,
-                     "learning_rate": 3e-3},
-            "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 50},
-        })  # fmt: skip
+        return build_dataclass(
+            ExperimentConfig,
+            {
+                "name": "bc",
+                "seed": seed,
+                "env": {"id": "robopt/MultiGoal", "num_envs": 2},
+                "policy": policy,
+                "algo": {
+                    "name": "bc",
+                    "dataset": "test/mixed-v0",
+                    "dataset_root": str(dataset_root),
+                    "epochs": 40,
+                    "learning_rate": 3e-3,
+                },
+                "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 50},
+            },
+        )
     loop = {"dataset": "test/mixed-v0", "dataset_root": str(dataset_root), "offline_updates": 600,
             "iteration_steps": 200, "batch_size": 64, "buffer_size": 8000, **loop}  # fmt: skip
     return build_dataclass(
@@ -104,8 +115,9 @@ def test_offline_rl_learns_from_a_mixed_dataset_where_cloning_fails(tmp_path, da
     seeds = (0, 1, 2) if algo == "fql" else (0,)
     results, runs = [], []
     for seed in seeds:
-        config = offline_config(tmp_path, dataset_root, algo, offline_updates=2000, batch_size=256, hidden=(64, 64),
-                                seed=seed)  # fmt: skip
+        config = offline_config(
+            tmp_path, dataset_root, algo, offline_updates=2000, batch_size=256, hidden=(64, 64), seed=seed
+        )
         data = _as_dict(config)
         if algo == "fql":
             data["algo"]["alpha"] = 0.03
@@ -135,8 +147,9 @@ def test_init_from_warm_starts_critics_of_an_offline_run(tmp_path, dataset_root)
     for name in ("critic", "target_critic", "value"):
         for key, value in state[name].items():
             torch.testing.assert_close(getattr(loop.algorithm, name).state_dict()[key], value, rtol=0, atol=0)
-    wide = build_dataclass(ExperimentConfig, {**_as_dict(config), "algo": {**_as_dict(config)["algo"],
-                           "critic_hidden": [8]}})  # fmt: skip
+    wide = build_dataclass(
+        ExperimentConfig, {**_as_dict(config), "algo": {**_as_dict(config)["algo"], "critic_hidden": [8]}}
+    )
     with pytest.raises(ConfigError, match="its critic does not fit this config.s critics"):
         build_loop(wide, initialize=True)
     # a Q-guided flow: its critics (in the policy) from the IQL run, with no policy source

@@ -39,11 +39,14 @@ class FakeEnv:
 def batch_of(size: int = 32, seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return {
-        "obs": torch.randn(size, 3, generator=g), "next_obs": torch.randn(size, 3, generator=g),
-        "action": torch.rand(size, 2, generator=g) * 2 - 1, "reward": torch.randn(size, generator=g),
-        "terminated": torch.rand(size, generator=g) < 0.2, "discount": torch.full((size,), 0.99),
+        "obs": torch.randn(size, 3, generator=g),
+        "next_obs": torch.randn(size, 3, generator=g),
+        "action": torch.rand(size, 2, generator=g) * 2 - 1,
+        "reward": torch.randn(size, generator=g),
+        "terminated": torch.rand(size, generator=g) < 0.2,
+        "discount": torch.full((size,), 0.99),
         "weights": torch.ones(size),
-    }  # fmt: skip
+    }
 
 
 def test_iql_update_equals_its_formulas():
@@ -100,8 +103,13 @@ def test_fql_update_equals_its_formulas():
         distill = (y - flow_y).square().mean()
         q_pi = fql.critic(batch["obs"], p.to_env(y).clamp(-1, 1)).mean(0)  # the critic after its own step
         q_loss = -q_pi.mean() / q_pi.abs().mean()
-    for name, value in (("critic_loss", critic_loss), ("flow_loss", flow_loss), ("distill_loss", distill),
-                        ("q_loss", q_loss), ("actor_loss", flow_loss + 3.0 * distill + q_loss)):  # fmt: skip
+    for name, value in (
+        ("critic_loss", critic_loss),
+        ("flow_loss", flow_loss),
+        ("distill_loss", distill),
+        ("q_loss", q_loss),
+        ("actor_loss", flow_loss + 3.0 * distill + q_loss),
+    ):
         torch.testing.assert_close(metrics[name], value, rtol=1e-5, atol=1e-6, msg=name)
 
 
@@ -145,8 +153,9 @@ def test_one_step_policy_acts_exports_and_loads_a_cloned_flow(tmp_path):
     exported = policy.export_module()
     torch.testing.assert_close(exported(obs), expected.clamp(-1, 1))
     # a cloned flow (no one-step weights) loads: velocity equal, the one-step network keeps its own weights
-    cloned = FlowPolicy(3, 2, FakeEnv.action_low, FakeEnv.action_high, FlowPolicyConfig(hidden=(16, 16), steps=3,
-                        normalize_obs=False))  # fmt: skip
+    cloned = FlowPolicy(
+        3, 2, FakeEnv.action_low, FakeEnv.action_high, FlowPolicyConfig(hidden=(16, 16), steps=3, normalize_obs=False)
+    )
     one_step_before = copy.deepcopy(policy.one_step.state_dict())
     policy.load_state_dict(cloned.state_dict())
     for key, value in cloned.velocity.state_dict().items():
@@ -167,8 +176,15 @@ def test_one_step_policy_acts_exports_and_loads_a_cloned_flow(tmp_path):
 
 def test_expo_acts_by_the_argmax_q_of_base_samples_and_their_edits(tmp_path):
     torch.manual_seed(0)
-    config = FlowPolicyConfig(hidden=(16, 16), steps=3, output_scale=1.0, edit_bound=0.3, expo_samples=5,
-                              guidance_hidden=(16, 16), normalize_obs=False)  # fmt: skip
+    config = FlowPolicyConfig(
+        hidden=(16, 16),
+        steps=3,
+        output_scale=1.0,
+        edit_bound=0.3,
+        expo_samples=5,
+        guidance_hidden=(16, 16),
+        normalize_obs=False,
+    )
     policy = FlowPolicy(3, 2, FakeEnv.action_low, FakeEnv.action_high, config)
     best = torch.tensor([0.5, -0.3])
     policy.guide = QuadraticCritic(best)
@@ -193,8 +209,9 @@ def test_expo_acts_by_the_argmax_q_of_base_samples_and_their_edits(tmp_path):
 
 def test_expo_export_folds_in_base_edit_and_critics(tmp_path):
     torch.manual_seed(0)
-    config = FlowPolicyConfig(hidden=(16, 16), steps=3, output_scale=1.0, edit_bound=0.3, expo_samples=4,
-                              guidance_hidden=(16, 16))  # fmt: skip
+    config = FlowPolicyConfig(
+        hidden=(16, 16), steps=3, output_scale=1.0, edit_bound=0.3, expo_samples=4, guidance_hidden=(16, 16)
+    )
     policy = FlowPolicy(3, 2, FakeEnv.action_low, FakeEnv.action_high, config)
     policy.normalizer.update(torch.randn(64, 3) * 2)
     obs = torch.randn(8, 3)

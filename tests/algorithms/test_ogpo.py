@@ -34,8 +34,9 @@ def test_sampled_advantage_by_hand():
     std = torch.tensor([-1.0, -1.0, 3.0]).std(unbiased=False)
     torch.testing.assert_close(per_state, torch.tensor([[-1.0, -1.0, 3.0]]) / (std + 1e-6))
     two_states = torch.tensor([[[0.0, 2.0], [0.0, 20.0]]])  # [1, 2, 2]: the batch std keeps their scales apart
-    torch.testing.assert_close(sampled_advantage(two_states, "mean", "state"), torch.tensor([[-1.0, 1.0]] * 2),
-                               atol=1e-5, rtol=0)  # fmt: skip
+    torch.testing.assert_close(
+        sampled_advantage(two_states, "mean", "state"), torch.tensor([[-1.0, 1.0]] * 2), atol=1e-5, rtol=0
+    )
     batch = sampled_advantage(two_states, "mean", "batch")
     torch.testing.assert_close(batch, torch.tensor([[-1.0, 1.0], [-10.0, 10.0]]) / (50.5**0.5 + 1e-6))
     with pytest.raises(ValueError, match="how"):
@@ -62,8 +63,12 @@ def test_success_buffer_keeps_successful_episodes_only():
         buffer.observe(torch.full((2, 3), 10.0 + step), torch.zeros(2, 2), done, info)
     assert buffer.size == 4 and buffer.episodes == 2  # row 1's 2 steps joined; row 0's long episode dropped
     for _ in range(3):  # row 1 keeps succeeding: the ring overwrites the oldest pairs
-        buffer.observe(torch.full((2, 3), 99.0), torch.zeros(2, 2), torch.tensor([False, True]),
-                       {"episode_return": torch.tensor([0.0, 11.0])})  # fmt: skip
+        buffer.observe(
+            torch.full((2, 3), 99.0),
+            torch.zeros(2, 2),
+            torch.tensor([False, True]),
+            {"episode_return": torch.tensor([0.0, 11.0])},
+        )
     assert buffer.size == 5 and buffer.episodes == 5
     state = buffer.state_dict()
     copy = SuccessBuffer(capacity=5, max_length=3, success_return=10.0, env=FakeEnv())
@@ -115,11 +120,19 @@ def ogpo_config(tmp_path: Path, total_steps: int, seed: int = 0, init_from: str 
     algo = {"name": "ogpo", "samples": 4, "policy_batch": 16, "success_coef": 0.1, "success_return": -5.0,
             "loop": {"batch_size": 32, "buffer_size": 10000, "learning_starts": 100, "iteration_steps": 200},
             **algo}  # fmt: skip
-    return build_dataclass(ExperimentConfig, {
-        "name": "ogpo", "seed": seed, "total_steps": total_steps, "init_from": init_from,
-        "env": {"id": "robopt/MultiGoal", "num_envs": 2}, "policy": policy, "algo": algo,
-        "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 2, "checkpoint_every": 1},
-    })  # fmt: skip
+    return build_dataclass(
+        ExperimentConfig,
+        {
+            "name": "ogpo",
+            "seed": seed,
+            "total_steps": total_steps,
+            "init_from": init_from,
+            "env": {"id": "robopt/MultiGoal", "num_envs": 2},
+            "policy": policy,
+            "algo": algo,
+            "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 2, "checkpoint_every": 1},
+        },
+    )
 
 
 def test_ogpo_resumes_exactly_with_action_chunks_and_its_success_buffer(tmp_path):
@@ -147,18 +160,47 @@ def test_ogpo_fine_tunes_a_poor_cloned_diffusion_policy_online(tmp_path, dataset
     9.7, and the same run with no policy update stays at -18.8."""
     policy = {"name": "diffusion", "hidden": [64, 64], "denoising_steps": 10, "ft_steps": 10, "ddim_steps": 5}
     log = {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 50}
-    bc = train(build_dataclass(ExperimentConfig, {
-        "name": "bc", "seed": 0, "env": {"id": "robopt/MultiGoal", "num_envs": 2}, "policy": policy, "log": log,
-        "algo": {"name": "bc", "dataset": "test/mixed-v0", "dataset_root": str(dataset_root), "epochs": 30,
-                 "learning_rate": 3e-3},
-    }))  # fmt: skip
+    bc = train(
+        build_dataclass(
+            ExperimentConfig,
+            {
+                "name": "bc",
+                "seed": 0,
+                "env": {"id": "robopt/MultiGoal", "num_envs": 2},
+                "policy": policy,
+                "log": log,
+                "algo": {
+                    "name": "bc",
+                    "dataset": "test/mixed-v0",
+                    "dataset_root": str(dataset_root),
+                    "epochs": 30,
+                    "learning_rate": 3e-3,
+                },
+            },
+        )
+    )
     cloned = json.loads((bc.run_dir / "eval.json").read_text())["mean_return"]
-    run = train(build_dataclass(ExperimentConfig, {
-        "name": "ogpo", "seed": 0, "total_steps": 4000, "init_from": str(bc.run_dir), "policy": policy, "log": log,
-        "env": {"id": "robopt/MultiGoal", "num_envs": 4},
-        "algo": {"name": "ogpo", "samples": 8, "policy_batch": 64, "policy_starts": 500,
-                 "loop": {"batch_size": 256, "buffer_size": 100000, "learning_starts": 0, "iteration_steps": 500}},
-    }))  # fmt: skip
+    run = train(
+        build_dataclass(
+            ExperimentConfig,
+            {
+                "name": "ogpo",
+                "seed": 0,
+                "total_steps": 4000,
+                "init_from": str(bc.run_dir),
+                "policy": policy,
+                "log": log,
+                "env": {"id": "robopt/MultiGoal", "num_envs": 4},
+                "algo": {
+                    "name": "ogpo",
+                    "samples": 8,
+                    "policy_batch": 64,
+                    "policy_starts": 500,
+                    "loop": {"batch_size": 256, "buffer_size": 100000, "learning_starts": 0, "iteration_steps": 500},
+                },
+            },
+        )
+    )
     tuned = json.loads((run.run_dir / "eval.json").read_text())["mean_return"]
     assert cloned < 0.0 and tuned > 5.0, (cloned, tuned)
 

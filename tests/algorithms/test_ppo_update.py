@@ -36,10 +36,15 @@ def small_batch(policy: GaussianPolicy, size: int) -> RolloutBatch:
     info = {key: value.clone() for key, value in info.items()}  # normal tensors, not inference ones
     no_end = torch.zeros(size, dtype=torch.bool)
     return RolloutBatch(
-        obs=obs, action=action.clone(), policy_info=info, value=torch.randn(size, generator=generator),
-        advantage=torch.randn(size, generator=generator), return_target=torch.randn(size, generator=generator),
-        terminated=no_end, truncated=no_end,
-    )  # fmt: skip
+        obs=obs,
+        action=action.clone(),
+        policy_info=info,
+        value=torch.randn(size, generator=generator),
+        advantage=torch.randn(size, generator=generator),
+        return_target=torch.randn(size, generator=generator),
+        terminated=no_end,
+        truncated=no_end,
+    )
 
 
 def test_normalize_per_minibatch_hand_worked():
@@ -112,9 +117,14 @@ def _train(config: PPOConfig, iterations: int = 2) -> tuple[torch.Tensor, torch.
 @pytest.mark.skipif(COMPILE_SKIP is not None, reason=f"torch.compile unavailable: {COMPILE_SKIP}")
 def test_compiled_step_matches_eager_step():
     config = PPOConfig(
-        epochs=3, minibatch_size=32, ratio=RatioControl("dual_clip"), value_clip=0.2, entropy_coef=0.01,
-        minibatch_advantage_norm=True, learning_rate=1e-2,
-    )  # fmt: skip
+        epochs=3,
+        minibatch_size=32,
+        ratio=RatioControl("dual_clip"),
+        value_clip=0.2,
+        entropy_coef=0.01,
+        minibatch_advantage_norm=True,
+        learning_rate=1e-2,
+    )
     initial, eager_weights, eager_metrics, eager = _train(config)
     _, compiled_weights, compiled_metrics, compiled = _train(dataclasses.replace(config, compile=True))
     assert compiled.compiled_step is not None and eager.compiled_step is None

@@ -171,8 +171,11 @@ def test_resume_with_a_privileged_critic_is_exact_and_eval_runs(tmp_path):
         assert torch.equal(value, got[key]), key
     result = subprocess.run(
         [sys.executable, "-m", "robopt.cli", "eval", str(resumed.run_dir), "--episodes", "2"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert result.returncode == 0 and "over 2 episodes" in result.stdout, result.stderr
 
 
@@ -211,8 +214,11 @@ def test_bad_privileged_configs_are_one_line_errors(tmp_path, overrides, message
 def test_cli_refuses_a_privileged_critic_without_randomization():
     result = subprocess.run(
         [sys.executable, "-m", "robopt.cli", "train", "configs/ppo_hopper_native.yaml", "critic.privileged=true"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stderr
     assert "critic.privileged=true needs env.kwargs.randomization" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -138,9 +138,10 @@ def test_a_stopped_and_resumed_recurrent_run_equals_an_uninterrupted_one(tmp_pat
 
     config = _config(
         env={"id": "mujoco/Hopper", "backend": "mujoco", "num_envs": 2, "kwargs": {"max_episode_steps": 20}},
-        rollout={"num_steps": 32}, algo={"minibatch_size": 32, "epochs": 2},
+        rollout={"num_steps": 32},
+        algo={"minibatch_size": 32, "epochs": 2},
         log={"run_root": str(tmp_path), "progress": False, "eval_episodes": 0, "checkpoint_every": 1},
-    )  # fmt: skip
+    )
     config = build_dataclass(ExperimentConfig, {**config_to_dict(config), "total_steps": 256})
     full = train(config)
     stopped = train(config, stop_at_iteration=2)

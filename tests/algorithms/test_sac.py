@@ -29,7 +29,7 @@ def sac_config(tmp_path, normalize_obs: bool = False, **algo) -> ExperimentConfi
                 "hidden": [32, 32],
                 "activation": "relu",
                 "normalize_obs": normalize_obs,
-            },  # fmt: skip
+            },
             "algo": {"name": algo.pop("name", "sac"), "critic_hidden": [32, 32], "loop": loop, **algo},
             "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 2, "checkpoint_every": 1},
         },
@@ -81,7 +81,7 @@ def test_prioritized_n_step_sac_updates_priorities(tmp_path):
                 "algo": {"name": "td3", "loop": {"buffer_size": 64, "batch_size": 32, "train_freq": 10}},
             },
             "8 x 10 = 80 transitions per phase do not fit in algo.loop.buffer_size 64",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_bad_sac_input_is_one_line(tmp_path, override, message):

@@ -95,8 +95,9 @@ def test_sac_target_and_losses_match_sb3(monkeypatch):
         with torch.no_grad():
             next_action, next_log_prob = policy.rsample(batch["next_obs"])
             next_q = algorithm.target_critic(batch["next_obs"], next_action)  # [C, B]
-            target = soft_q_target(batch["reward"], batch["discount"], batch["terminated"], next_q, next_log_prob,
-                                   robopt_alpha)  # fmt: skip
+            target = soft_q_target(
+                batch["reward"], batch["discount"], batch["terminated"], next_q, next_log_prob, robopt_alpha
+            )
         critic_loss, _ = q_regression_loss(algorithm.critic(batch["obs"], batch["action"]), target, batch["weights"])
         action, log_prob = policy.rsample(batch["obs"])
         actor_loss = sac_actor_loss(algorithm.critic(batch["obs"], action), log_prob, robopt_alpha)

@@ -168,10 +168,16 @@ def batch_from_sb3(rollout: dict[str, torch.Tensor], policy) -> RolloutBatch:
     info = {"log_prob": rollout["log_probs"].reshape(size), "mean": mean, "log_std": log_std.clone()}
     no_end = torch.zeros(size, dtype=torch.bool)
     return RolloutBatch(
-        obs=obs, action=rollout["actions"].reshape(size, -1), policy_info=info,
-        value=rollout["values"].reshape(size), advantage=rollout["advantages"].reshape(size),
-        return_target=rollout["returns"].reshape(size), terminated=no_end, truncated=no_end, num_envs=num_envs,
-    )  # fmt: skip
+        obs=obs,
+        action=rollout["actions"].reshape(size, -1),
+        policy_info=info,
+        value=rollout["values"].reshape(size),
+        advantage=rollout["advantages"].reshape(size),
+        return_target=rollout["returns"].reshape(size),
+        terminated=no_end,
+        truncated=no_end,
+        num_envs=num_envs,
+    )
 
 
 class ReplayPolicy:
@@ -292,9 +298,12 @@ def test_collection_and_advantages_match_sb3(env_id, backend, num_envs, steps, e
     }
     for name in SB3_FIELDS:
         np.testing.assert_allclose(
-            robopt[name].numpy(), sb3[name].reshape(robopt[name].shape).numpy(), rtol=COLLECT_RTOL,
-            atol=COLLECT_ATOL, err_msg=f"{env_id} ({backend}, N={num_envs}): {name} differ from SB3's",
-        )  # fmt: skip
+            robopt[name].numpy(),
+            sb3[name].reshape(robopt[name].shape).numpy(),
+            rtol=COLLECT_RTOL,
+            atol=COLLECT_ATOL,
+            err_msg=f"{env_id} ({backend}, N={num_envs}): {name} differ from SB3's",
+        )
 
 
 def test_sb3_runs_write_nothing_in_the_system_temp_dir(monkeypatch):

@@ -35,8 +35,9 @@ def ray_env():
 
 def _robopt(*args: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
     # a hang guard, not a timing: the sweep takes about 110 s alone on 2 cores, and overran 240 s beside other work
-    return subprocess.run([sys.executable, "-m", "robopt", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "robopt", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout
+    )
 
 
 def _sweep_dir(root: Path) -> Path:
@@ -46,8 +47,17 @@ def _sweep_dir(root: Path) -> Path:
 
 def test_a_sweep_runs_every_point_and_seed_and_records_crashes_and_nan_runs_without_stopping(tmp_path, ray_env):
     root = tmp_path / "sweeps"
-    result = _robopt("sweep", *TINY, "--seeds", "0-1", "--grid", "env.kwargs={},{no_such_option: 1},{g: .nan}",
-                     "--root", str(root), env=ray_env)  # fmt: skip
+    result = _robopt(
+        "sweep",
+        *TINY,
+        "--seeds",
+        "0-1",
+        "--grid",
+        "env.kwargs={},{no_such_option: 1},{g: .nan}",
+        "--root",
+        str(root),
+        env=ray_env,
+    )
     assert result.returncode == 0, result.stderr
     sweep = Sweep(_sweep_dir(root))
     statuses = {trial.id: sweep.status(trial) for trial in sweep.trials()}
@@ -57,8 +67,10 @@ def test_a_sweep_runs_every_point_and_seed_and_records_crashes_and_nan_runs_with
         assert failed["status"] == "failed" and failed["exit_code"] == 2
         assert failed["error"].startswith("robopt: error: env.id='Pendulum-v1'") and "no_such_option" in failed["error"]
     for seed in (0, 1):  # gravity NaN: the run stops on a non-finite observation (exit 3), pruned
-        assert statuses[f"p02-s{seed}"]["status"] == "pruned" and "non-finite observation" in statuses[
-            f"p02-s{seed}"]["error"]  # fmt: skip
+        assert (
+            statuses[f"p02-s{seed}"]["status"] == "pruned"
+            and "non-finite observation" in statuses[f"p02-s{seed}"]["error"]
+        )
     first = Path(statuses["p00-s0"]["run_dir"])
     assert (first / "eval.json").is_file() and first.parent.parent == sweep.run_root(Trial(0, 0))
     assert statuses["p00-s0"]["eval_return"] != statuses["p00-s1"]["eval_return"]  # two seeds, two runs
@@ -71,8 +83,7 @@ def test_bad_grid_values_and_addresses_are_refused_before_any_trial(tmp_path, ra
     bad = _robopt("sweep", *TINY, "--grid", "algo.epochs=3,three", "--root", str(root), env=ray_env)
     assert bad.returncode == 2 and "grid point algo.epochs=three: algo.epochs: expected an integer" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1 and not root.exists()
-    unreachable = _robopt("sweep", *TINY, "--seeds", "0", "--address", "127.0.0.1:1", "--root", str(root),
-                          env=ray_env)  # fmt: skip
+    unreachable = _robopt("sweep", *TINY, "--seeds", "0", "--address", "127.0.0.1:1", "--root", str(root), env=ray_env)
     assert unreachable.returncode == 2 and "--address='127.0.0.1:1' is unreachable" in unreachable.stderr
     space = tmp_path / "space.yaml"
     space.write_text("algo.no_such_key: {uniform: [0.1, 0.2]}\n")
@@ -111,8 +122,11 @@ def test_a_sweep_killed_with_sigkill_resumes_keeping_what_finished(tmp_path, ray
     deadline = time.time() + 30  # Ray's processes share the driver's fate, and the runs their Ray worker's
     while time.time() < deadline and any(Path(f"/proc/{pid}").exists() for pid in descendants):
         time.sleep(0.5)
-    survivors = [pid for pid in descendants if Path(f"/proc/{pid}/cmdline").exists()
-                 and b"robopt" in Path(f"/proc/{pid}/cmdline").read_bytes()]  # fmt: skip
+    survivors = [
+        pid
+        for pid in descendants
+        if Path(f"/proc/{pid}/cmdline").exists() and b"robopt" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
     assert not survivors, "runs outlived the killed sweep"
     sweep = Sweep(_sweep_dir(root))
     before = {trial.id: sweep.status(trial) for trial in sweep.trials()}
@@ -134,8 +148,19 @@ def test_tune_runs_trials_and_resumes_without_redoing_one(tmp_path, ray_env):
     root = tmp_path / "tune"
     space = tmp_path / "space.yaml"
     space.write_text("algo.learning_rate: {log_uniform: [1e-4, 1e-2]}\nalgo.epochs: {int: [2, 4]}\n")
-    first = _robopt("tune", *TINY, "--space", str(space), "--trials", "2", "--seeds-per-trial", "2", "--root",
-                    str(root), env=ray_env)  # fmt: skip
+    first = _robopt(
+        "tune",
+        *TINY,
+        "--space",
+        str(space),
+        "--trials",
+        "2",
+        "--seeds-per-trial",
+        "2",
+        "--root",
+        str(root),
+        env=ray_env,
+    )
     assert first.returncode == 0, first.stderr
     assert first.stdout.count("optuna trial") == 2 and "best: trial" in first.stdout
     path = _sweep_dir(root)

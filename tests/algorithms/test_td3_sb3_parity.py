@@ -60,10 +60,13 @@ def test_td3_target_and_losses_match_sb3(monkeypatch):
         scale = float(algorithm.half_range.mean())
         with torch.no_grad():
             next_action = smoothed_target_action(
-                algorithm.target_policy.mean_action(batch["next_obs"]), config.target_noise * scale,
-                config.target_noise_clip * scale, algorithm.low, algorithm.high,
+                algorithm.target_policy.mean_action(batch["next_obs"]),
+                config.target_noise * scale,
+                config.target_noise_clip * scale,
+                algorithm.low,
+                algorithm.high,
                 torch.Generator().manual_seed(SEED + 2),
-            )  # fmt: skip
+            )
             next_q = algorithm.target_critic(batch["next_obs"], next_action)  # [C, B]
             target = soft_q_target(batch["reward"], batch["discount"], batch["terminated"], next_q)
         critic_loss, _ = q_regression_loss(algorithm.critic(batch["obs"], batch["action"]), target, scale=1.0)
@@ -77,8 +80,9 @@ def test_td3_target_and_losses_match_sb3(monkeypatch):
     assert_close("actor loss", actor_loss, sb3_actor_loss)  # seen 0 on 0.23
 
 
-@pytest.mark.parametrize("compile_update", [False, pytest.param(True, marks=pytest.mark.slow)],
-                         ids=["eager", "compiled"])  # fmt: skip
+@pytest.mark.parametrize(
+    "compile_update", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["eager", "compiled"]
+)
 def test_two_td3_updates_match_sb3(monkeypatch, compile_update):
     """Update 1 trains the critics only (policy_delay 2); update 2 the critics, the actor and both targets.
 

@@ -23,9 +23,14 @@ POLICY = {"name": "gaussian", "squash": True, "hidden": [16], "activation": "rel
 
 
 def sac_data(tmp_path: Path, **extra) -> dict:
-    return {"name": "warm", "env": {"id": "Pendulum-v1", "num_envs": 1}, "policy": POLICY,
-            "algo": {"name": "sac", "critic_hidden": [16], "loop": {"learning_starts": 10, "batch_size": 8}},
-            "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 0}, **extra}  # fmt: skip
+    return {
+        "name": "warm",
+        "env": {"id": "Pendulum-v1", "num_envs": 1},
+        "policy": POLICY,
+        "algo": {"name": "sac", "critic_hidden": [16], "loop": {"learning_starts": 10, "batch_size": 8}},
+        "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 0},
+        **extra,
+    }
 
 
 def fake_run(path: Path, algo: str, loop_state: dict) -> Path:

@@ -123,15 +123,26 @@ def test_a_run_under_deploy_conditions_checkpoints_resumes_and_evaluates_under_t
     from robopt.runner import train
 
     def config(total_steps: int) -> ExperimentConfig:
-        return build_dataclass(ExperimentConfig, {
-            "name": "dc", "seed": 0, "total_steps": total_steps,
-            "env": {"id": "Pendulum-v1", "num_envs": 1,
-                    "kwargs": {"deploy_conditions": {"delay_ticks": 1, "max_action_delta": 1.0, "obs_noise": 0.01}}},
-            "policy": {"name": "gaussian", "squash": True, "hidden": [16, 16], "normalize_obs": False},
-            "algo": {"name": "sac", "critic_hidden": [16, 16],
-                     "loop": {"learning_starts": 100, "batch_size": 32, "iteration_steps": 100}},
-            "log": {"run_root": str(tmp_path), "progress": False, "eval_episodes": 2, "checkpoint_every": 1},
-        })  # fmt: skip
+        return build_dataclass(
+            ExperimentConfig,
+            {
+                "name": "dc",
+                "seed": 0,
+                "total_steps": total_steps,
+                "env": {
+                    "id": "Pendulum-v1",
+                    "num_envs": 1,
+                    "kwargs": {"deploy_conditions": {"delay_ticks": 1, "max_action_delta": 1.0, "obs_noise": 0.01}},
+                },
+                "policy": {"name": "gaussian", "squash": True, "hidden": [16, 16], "normalize_obs": False},
+                "algo": {
+                    "name": "sac",
+                    "critic_hidden": [16, 16],
+                    "loop": {"learning_starts": 100, "batch_size": 32, "iteration_steps": 100},
+                },
+                "log": {"run_root": str(tmp_path), "progress": False, "eval_episodes": 2, "checkpoint_every": 1},
+            },
+        )
 
     first = train(config(200))
     state = load_checkpoint(first.run_dir / "checkpoints" / "last.pt")  # weights_only: the wrapper state loads

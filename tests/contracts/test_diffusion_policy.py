@@ -91,8 +91,9 @@ def test_log_ratio_after_a_weight_change_has_gradient_in_the_denoiser_only():
     # does not depend on the weights at all (DPPO's clamps). An untrained network under the cosine schedule clips
     # x0_hat = (x - sqrt(1 - abar) eps) / sqrt(abar) from the first step (abar_7 = 1e-4) and the chain runs to
     # +-denoised_clip; the linear schedule keeps abar >= 0.9 at K = 8, so the chain stays O(1), far inside +-10.
-    policy = make_policy(beta_schedule="linear", denoised_clip=10.0, output_scale=0.1, log_prob_min=-1e6,
-                         log_prob_max=1e6)  # fmt: skip
+    policy = make_policy(
+        beta_schedule="linear", denoised_clip=10.0, output_scale=0.1, log_prob_min=-1e6, log_prob_max=1e6
+    )
     policy.freeze_base()  # the first K - K' acting steps now use the frozen copy; log-ratios never do
     obs = torch.randn(B, D)
     action, info = policy.act(obs)
@@ -128,8 +129,12 @@ def test_log_ratio_after_a_weight_change_has_gradient_in_the_denoiser_only():
 def diffusers_ddim_action(policy: DiffusionPolicy, obs: torch.Tensor, base_from: int | None) -> torch.Tensor:
     """The deterministic action by diffusers' DDIMScheduler: x_K = 0, S steps, base network at t >= base_from."""
     c = policy.config
-    scheduler = DDIMScheduler(num_train_timesteps=c.denoising_steps, beta_schedule=c.beta_schedule,
-                              clip_sample=True, clip_sample_range=c.denoised_clip)  # fmt: skip
+    scheduler = DDIMScheduler(
+        num_train_timesteps=c.denoising_steps,
+        beta_schedule=c.beta_schedule,
+        clip_sample=True,
+        clip_sample_range=c.denoised_clip,
+    )
     scheduler.set_timesteps(c.ddim_steps)
     obs_norm, x = policy._obs_norm(obs), torch.zeros(obs.shape[0], policy.action_dim)
     with torch.no_grad():
@@ -188,9 +193,14 @@ def test_onnx_runtime_matches_torch(tmp_path, frozen):
     exported = (frozen_then_changed() if frozen else make_policy()).export_module()
     path = tmp_path / "diffusion.onnx"
     program = torch.onnx.export(
-        exported, (torch.randn(4, D),), dynamo=True, dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
-        input_names=["obs"], output_names=["action"], verbose=False,
-    )  # fmt: skip
+        exported,
+        (torch.randn(4, D),),
+        dynamo=True,
+        dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
+        input_names=["obs"],
+        output_names=["action"],
+        verbose=False,
+    )
     program.save(str(path))
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert session.get_inputs()[0].shape[0] == "batch"  # the batch axis is dynamic, not baked in as 4
@@ -206,8 +216,15 @@ def test_onnx_runtime_matches_torch(tmp_path, frozen):
 def test_step_noise_is_clipped_and_actions_stay_in_bounds():
     # std floor 0.5 above every posterior std but the first steps', noise clipped to +-0.2 std
     low, high = torch.tensor([-1.0, 0.0, -3.0]), torch.tensor([2.0, 5.0, -2.0])
-    config = DiffusionPolicyConfig(denoising_steps=K, ft_steps=K, hidden=(16,), output_scale=3.0,
-                                   min_sampling_std=0.5, noise_clip=0.2, denoised_clip=1.0)  # fmt: skip
+    config = DiffusionPolicyConfig(
+        denoising_steps=K,
+        ft_steps=K,
+        hidden=(16,),
+        output_scale=3.0,
+        min_sampling_std=0.5,
+        noise_clip=0.2,
+        denoised_clip=1.0,
+    )
     policy = DiffusionPolicy(D, A, low, high, config)
     action, info = policy.act(torch.randn(2000, D) * 3)
     chain, mean = info["chain"], info["mean"]  # mean: mu_theta of each step, under the acting weights
@@ -305,8 +322,15 @@ def test_action_dim_must_be_whole_chunks():
 )
 def test_unet_policy_acts_with_zero_log_ratio_and_exports():
     horizon, per_step = 4, 2
-    config = DiffusionPolicyConfig(network="unet", horizon=horizon, unet_channels=(8, 16), denoising_steps=K,
-                                   ft_steps=K_FT, ddim_steps=S, output_scale=1.0)  # fmt: skip
+    config = DiffusionPolicyConfig(
+        network="unet",
+        horizon=horizon,
+        unet_channels=(8, 16),
+        denoising_steps=K,
+        ft_steps=K_FT,
+        ddim_steps=S,
+        output_scale=1.0,
+    )
     policy = DiffusionPolicy(D, horizon * per_step, -torch.ones(8), torch.ones(8), config)
     obs = torch.randn(B, D)
     action, info = policy.act(obs)

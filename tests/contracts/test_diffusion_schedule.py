@@ -85,8 +85,9 @@ def test_transition_log_prob_by_hand_1d(t, x_from, x_to):
     assert mu.item() == pytest.approx(mean, abs=1e-6)
     assert log_prob.item() == pytest.approx(expected, abs=1e-5)
     if t == 0:
-        assert mean == pytest.approx(min(max((x_from - math.sqrt(1 - ABAR_4[0]) * (0.5 * x_from + 0.2))
-                                              / math.sqrt(ABAR_4[0]), -1), 1))  # fmt: skip  # mu = x0_hat at t = 0
+        assert mean == pytest.approx(
+            min(max((x_from - math.sqrt(1 - ABAR_4[0]) * (0.5 * x_from + 0.2)) / math.sqrt(ABAR_4[0]), -1), 1)
+        )  # mu = x0_hat at t = 0
 
 
 @pytest.mark.parametrize("reduce", ["mean", "sum"])
@@ -128,9 +129,13 @@ def test_ddpm_step_matches_diffusers(beta_schedule, clip):
     steps, width = 20, 6
     tables = schedule.ddpm_tables(steps, beta_schedule, clip)
     reference = DDPMScheduler(
-        num_train_timesteps=steps, beta_schedule=beta_schedule, clip_sample=True, clip_sample_range=clip,
-        variance_type="fixed_small", prediction_type="epsilon",
-    )  # fmt: skip
+        num_train_timesteps=steps,
+        beta_schedule=beta_schedule,
+        clip_sample=True,
+        clip_sample_range=clip,
+        variance_type="fixed_small",
+        prediction_type="epsilon",
+    )
     torch.testing.assert_close(tables["abar"], reference.alphas_cumprod, rtol=0, atol=0)
     # diffusers' step forms 1 - abar_t / abar_prev in float32 (relative error 5e-5 where beta_t is 1e-4, in
     # scaled_linear); the tables form it in float64 from the same float32 abar. Run the reference in float64 too.
@@ -168,9 +173,13 @@ def test_ddim_step_matches_diffusers(steps, ddim_steps, beta_schedule):
     clip, width = 1.0, 6
     tables = schedule.ddim_tables(steps, beta_schedule, clip, ddim_steps)
     reference = DDIMScheduler(
-        num_train_timesteps=steps, beta_schedule=beta_schedule, clip_sample=True, clip_sample_range=clip,
-        set_alpha_to_one=True, prediction_type="epsilon",
-    )  # fmt: skip
+        num_train_timesteps=steps,
+        beta_schedule=beta_schedule,
+        clip_sample=True,
+        clip_sample_range=clip,
+        set_alpha_to_one=True,
+        prediction_type="epsilon",
+    )
     reference.set_timesteps(ddim_steps)
     assert torch.equal(tables["timesteps"], reference.timesteps.to(torch.int64))
     assert tables["timesteps"][-1] == 0 and tables["abar_prev"][-1] == 1.0  # the last step lands on x0_hat
@@ -206,8 +215,12 @@ def diffusers_chain(config: DiffusionPolicyConfig, obs: torch.Tensor, base: nn.M
     diffusers' own noise is drawn from a seeded generator and taken back out to leave its mean mu; the policy's step
     is mu + max(posterior std, min_sampling_std) * clip(z, +-noise_clip), the last point clamped to +-denoised_clip.
     """
-    scheduler = DDPMScheduler(num_train_timesteps=config.denoising_steps, beta_schedule=config.beta_schedule,
-                              clip_sample=True, clip_sample_range=config.denoised_clip)  # fmt: skip
+    scheduler = DDPMScheduler(
+        num_train_timesteps=config.denoising_steps,
+        beta_schedule=config.beta_schedule,
+        clip_sample=True,
+        clip_sample_range=config.denoised_clip,
+    )
     x = torch.randn(obs.shape[0], width)
     points, means = [x], []
     for t in range(config.denoising_steps - 1, -1, -1):
@@ -217,8 +230,9 @@ def diffusers_chain(config: DiffusionPolicyConfig, obs: torch.Tensor, base: nn.M
         diffusers_noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(t))
         std = scheduler._get_variance(t) ** 0.5
         mean = stepped - (std * diffusers_noise if t > 0 else 0.0)
-        x = mean + max(float(std), config.min_sampling_std) * torch.randn_like(x).clamp(-config.noise_clip,
-                                                                                         config.noise_clip)  # fmt: skip
+        x = mean + max(float(std), config.min_sampling_std) * torch.randn_like(x).clamp(
+            -config.noise_clip, config.noise_clip
+        )
         x = x.clamp(-config.denoised_clip, config.denoised_clip) if t == 0 else x
         points.append(x)
         means.append(mean)
@@ -229,8 +243,9 @@ def diffusers_chain(config: DiffusionPolicyConfig, obs: torch.Tensor, base: nn.M
 def test_policy_chain_is_diffusers_ddpm_chain_with_the_same_draws(ft_steps):
     # K = 6; with K' = 3 a frozen base (a different network) runs timesteps 5, 4, 3 and the fine-tuned one 2, 1, 0.
     steps, batch, width = 6, 64, 2
-    config = DiffusionPolicyConfig(denoising_steps=steps, ft_steps=ft_steps, normalize_obs=False, hidden=(8,),
-                                   min_sampling_std=0.3, noise_clip=1.0)  # fmt: skip
+    config = DiffusionPolicyConfig(
+        denoising_steps=steps, ft_steps=ft_steps, normalize_obs=False, hidden=(8,), min_sampling_std=0.3, noise_clip=1.0
+    )
     policy = DiffusionPolicy(3, width, -torch.ones(width), torch.ones(width), config)
     policy.denoiser = StepDependentEps(0.5)
     if ft_steps < steps:
@@ -262,7 +277,9 @@ def test_base_chain_nll_scores_a_chain_of_the_base_alone():
     torch.manual_seed(7)
     points, _ = diffusers_chain(config, obs, policy.base_denoiser, policy.base_denoiser, width)
     log_prob, _ = policy.transition(
-        obs.unsqueeze(1).expand(-1, ft_steps, -1), points[:, steps - ft_steps : -1], points[:, steps - ft_steps + 1 :],
+        obs.unsqueeze(1).expand(-1, ft_steps, -1),
+        points[:, steps - ft_steps : -1],
+        points[:, steps - ft_steps + 1 :],
         torch.arange(ft_steps - 1, -1, -1).expand(batch, -1),
-    )  # fmt: skip
+    )
     assert nll.shape == () and nll.item() == pytest.approx(-log_prob.mean().item(), abs=1e-5)

@@ -30,8 +30,14 @@ def test_input_gradient_equals_autograd(activation, layer_norm):
 
 def guided_policy(scale: float = 0.5) -> FlowPolicy:
     torch.manual_seed(0)
-    config = FlowPolicyConfig(hidden=(16, 16), steps=4, output_scale=1.0, guidance_scale=scale,
-                              guidance_hidden=(16, 16), guidance_activation="tanh")  # fmt: skip
+    config = FlowPolicyConfig(
+        hidden=(16, 16),
+        steps=4,
+        output_scale=1.0,
+        guidance_scale=scale,
+        guidance_hidden=(16, 16),
+        guidance_activation="tanh",
+    )
     policy = FlowPolicy(D, A, -torch.ones(A), torch.ones(A), config)
     policy.normalizer.update(torch.randn(64, D) * 2 + 1)
     return policy
@@ -54,8 +60,9 @@ def test_guided_sampling_is_the_flow_at_zero_scale_and_climbs_q_above():
     action = torch.randn(5, A, requires_grad=True)
     policy.guide(obs[:5], action).mean(0).sum().backward()
     with torch.no_grad():
-        torch.testing.assert_close(critic_action_gradient(policy.guide, obs[:5], action), action.grad, rtol=1e-5,
-                                   atol=1e-6)  # fmt: skip
+        torch.testing.assert_close(
+            critic_action_gradient(policy.guide, obs[:5], action), action.grad, rtol=1e-5, atol=1e-6
+        )
 
 
 def test_guided_export_folds_the_critic_in(tmp_path):

@@ -243,9 +243,14 @@ def test_onnx_runtime_matches_torch(tmp_path, steps, integrator):
     path = tmp_path / "flow.onnx"
     batch = torch.export.Dim("batch")
     program = torch.onnx.export(
-        exported, (torch.randn(4, D),), dynamo=True, dynamic_shapes={"obs": {0: batch}},
-        input_names=["obs"], output_names=["action"], verbose=False,
-    )  # fmt: skip
+        exported,
+        (torch.randn(4, D),),
+        dynamo=True,
+        dynamic_shapes={"obs": {0: batch}},
+        input_names=["obs"],
+        output_names=["action"],
+        verbose=False,
+    )
     program.save(str(path))
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert session.get_inputs()[0].shape[0] == "batch"  # the batch axis is dynamic, not baked in as 4

@@ -61,8 +61,12 @@ def test_inertia_is_scaled_with_mass() -> None:
         inertia_scale = torch.tensor(model.body_inertia[1:]) / nominal["body_inertia"][1:]  # [Bd - 1, 3]
         torch.testing.assert_close(inertia_scale, mass_scale[:, None].expand(-1, 3), rtol=1e-12, atol=0)
         assert mass_scale.min() >= 0.5 and mass_scale.max() <= 1.5 and mass_scale.std() > 0.05
-    torch.testing.assert_close(env.privileged_obs()[:, :7].double(), env.physics.state()["body_mass"][:, 1:] /
-                               nominal["body_mass"][1:], rtol=1e-6, atol=0)  # fmt: skip
+    torch.testing.assert_close(
+        env.privileged_obs()[:, :7].double(),
+        env.physics.state()["body_mass"][:, 1:] / nominal["body_mass"][1:],
+        rtol=1e-6,
+        atol=0,
+    )
 
 
 def test_motor_strength_halves_the_force_and_acceleration_from_rest() -> None:
@@ -292,8 +296,12 @@ def test_warp_every_knob_matches_cpu_and_resumes_exactly() -> None:
     torch.testing.assert_close(warp_env.privileged_obs(), cpu_env.privileged_obs(), rtol=0, atol=0)
     inertia = warp_env.physics._wp.to_torch(warp_env.physics._m.body_inertia).double()  # [2, Bd, 3]
     scale = warp_env.physics.state()["body_mass"].double()[:, 1:] / cpu_env.physics.nominal_params()["body_mass"][1:]
-    torch.testing.assert_close(inertia[:, 1:] / cpu_env.physics.nominal_params()["body_inertia"][1:],
-                               scale[:, :, None].expand(-1, -1, 3), rtol=1e-6, atol=0)  # fmt: skip
+    torch.testing.assert_close(
+        inertia[:, 1:] / cpu_env.physics.nominal_params()["body_inertia"][1:],
+        scale[:, :, None].expand(-1, -1, 3),
+        rtol=1e-6,
+        atol=0,
+    )
     warp_out, cpu_out = _rollout(warp_env, 8, seed=1), _rollout(cpu_env, 8, seed=1)  # pushes, delay, a reset
     for index, (a, b) in enumerate(zip(warp_out, cpu_out, strict=True)):
         torch.testing.assert_close(a, b, atol=2e-3, rtol=2e-3, msg=f"step {index // 6} output {index % 6}")

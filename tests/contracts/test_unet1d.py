@@ -119,10 +119,14 @@ def test_onnx_runtime_matches_eager(tmp_path):
     path = tmp_path / "unet1d.onnx"
     batch = torch.export.Dim("batch")  # one symbol for both inputs: their leading dims must agree
     program = torch.onnx.export(
-        net, (torch.randn(B, H, A), torch.randn(B, C)), dynamo=True,
+        net,
+        (torch.randn(B, H, A), torch.randn(B, C)),
+        dynamo=True,
         dynamic_shapes={"x": {0: batch}, "cond": {0: batch}},
-        input_names=["x", "cond"], output_names=["noise"], verbose=False,
-    )  # fmt: skip
+        input_names=["x", "cond"],
+        output_names=["noise"],
+        verbose=False,
+    )
     program.save(str(path))
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert [tuple(node.shape) for node in session.get_inputs()] == [("batch", H, A), ("batch", C)]

@@ -139,9 +139,14 @@ def _robopt(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 def test_ppo_moves_the_return_then_exports_with_parity(tmp_path):
     done = _robopt(
-        "train", "configs/ppo_isaac_cartpole.yaml", "total_steps=40960", "env.num_envs=32",
-        f"log.run_root={tmp_path}", "log.checkpoint_every=5", "--no-progress",
-    )  # fmt: skip
+        "train",
+        "configs/ppo_isaac_cartpole.yaml",
+        "total_steps=40960",
+        "env.num_envs=32",
+        f"log.run_root={tmp_path}",
+        "log.checkpoint_every=5",
+        "--no-progress",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     run_dir = next(tmp_path.glob("ppo_isaac_cartpole/*"))
     with open(run_dir / "progress.csv") as f:
@@ -213,8 +218,13 @@ def test_a_locomotion_task_on_local_assets_stands_on_the_local_ground():
 
 def test_an_asset_isaac_lab_cannot_load_is_one_line_exit_2(tmp_path):
     (tmp_path / "cartpole.usda").write_text("this is not USD\n")
-    done = _robopt("train", "configs/ppo_isaac_cartpole.yaml", f"env.kwargs.assets_dir={tmp_path}",
-                   f"log.run_root={tmp_path}", "--no-progress")  # fmt: skip
+    done = _robopt(
+        "train",
+        "configs/ppo_isaac_cartpole.yaml",
+        f"env.kwargs.assets_dir={tmp_path}",
+        f"log.run_root={tmp_path}",
+        "--no-progress",
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("robopt: error:") and "Isaac Lab could not build the env" in last, last

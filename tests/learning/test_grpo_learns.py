@@ -26,12 +26,28 @@ def _config(path: str, overrides: list[str]):
 def test_grpo_improves_heldout_sorting_after_a_short_warm_start(tmp_path):
     env = make_env("robopt/Text", 64, **TASK)
     episodes = record_episodes(env, text_expert(env, 0, error_rate=0.2), 1500, progress=False)
-    write_dataset("text/sort-v0", episodes, "robopt/Text", env.obs_dim, env.action_dim, env.action_low,
-                  env.action_high, root=tmp_path / "data")  # fmt: skip
+    write_dataset(
+        "text/sort-v0",
+        episodes,
+        "robopt/Text",
+        env.obs_dim,
+        env.action_dim,
+        env.action_low,
+        env.action_high,
+        root=tmp_path / "data",
+    )
     common = [f"log.run_root={tmp_path}/runs", "log.progress=false", "log.eval_episodes=0"]
-    sft = train(_config("configs/sft_addition.yaml", [
-        *common, f"algo.dataset_root={tmp_path / 'data'}", "algo.dataset=text/sort-v0", "algo.epochs=4",
-    ]))  # fmt: skip
+    sft = train(
+        _config(
+            "configs/sft_addition.yaml",
+            [
+                *common,
+                f"algo.dataset_root={tmp_path / 'data'}",
+                "algo.dataset=text/sort-v0",
+                "algo.epochs=4",
+            ],
+        )
+    )
     before = evaluate_run(sft.run_dir, episodes=300).success_rate
     grpo = train(_config("configs/grpo_addition.yaml", [*common, f"init_from={sft.run_dir}", "total_steps=8192"]))
     after = evaluate_run(grpo.run_dir, episodes=300).success_rate

@@ -26,9 +26,16 @@ def test_off_policy_pendulum_reaches_minus_400(tmp_path, config_path, overrides)
     # Random policy: about -1200; a swing-up controller: about -150.
     config = load_config(
         config_path,
-        ["total_steps=8000", *overrides, f"log.run_root={tmp_path}", "log.progress=false", "policy.hidden=[64,64]",
-         "algo.critic_hidden=[64,64]", "log.eval_episodes=0"],
-    )  # fmt: skip
+        [
+            "total_steps=8000",
+            *overrides,
+            f"log.run_root={tmp_path}",
+            "log.progress=false",
+            "policy.hidden=[64,64]",
+            "algo.critic_hidden=[64,64]",
+            "log.eval_episodes=0",
+        ],
+    )
     result = train(config)
     evaluation = evaluate_run(result.run_dir, episodes=10)
     assert evaluation.mean_return > -400, evaluation

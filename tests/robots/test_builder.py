@@ -60,8 +60,14 @@ def test_a_description_without_actuators_or_floor_gets_both(arm_file) -> None:
 def test_a_scene_that_includes_a_robot_file_keeps_its_own_ground(tmp_path) -> None:
     (tmp_path / "biped.xml").write_text(BIPED)
     (tmp_path / "scene.xml").write_text(SCENE)
-    env = make_env("robot", 2, backend="mujoco", robot={"mjcf": str(tmp_path / "scene.xml"), **BIPED_ROBOT},
-                   task={**TASK, "observations": {"projected_gravity": {}, "feet_contact": {}}}, seed=0)  # fmt: skip
+    env = make_env(
+        "robot",
+        2,
+        backend="mujoco",
+        robot={"mjcf": str(tmp_path / "scene.xml"), **BIPED_ROBOT},
+        task={**TASK, "observations": {"projected_gravity": {}, "feet_contact": {}}},
+        seed=0,
+    )
     model = env.physics.mj_model
     planes = [g for g in range(model.ngeom) if model.geom_type[g] == mujoco.mjtGeom.mjGEOM_PLANE]
     assert [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, g) for g in planes] == ["ground"]
@@ -76,12 +82,16 @@ def test_a_scene_that_includes_a_robot_file_keeps_its_own_ground(tmp_path) -> No
 
 def test_a_description_with_actuators_keeps_them_unless_replaced(tmp_path) -> None:
     path = tmp_path / "motor_arm.xml"
-    path.write_text(PENDULUM_ARM.replace("</worldbody>", '</worldbody><actuator><motor joint="shoulder" gear="3" '
-                                         'ctrlrange="-1 1"/></actuator>'))  # fmt: skip
+    path.write_text(
+        PENDULUM_ARM.replace(
+            "</worldbody>", '</worldbody><actuator><motor joint="shoulder" gear="3" ctrlrange="-1 1"/></actuator>'
+        )
+    )
     kept = build_robot(build_dataclass(RobotConfig, {"mjcf": str(path)}))
     assert kept.action_type == "native" and kept.model.actuator_gear[0, 0] == 3.0
-    replaced = build_robot(build_dataclass(RobotConfig, {"mjcf": str(path), "actuators": "replace",
-                                                         "joints": {"shoulder": {"kp": 5.0}}}))  # fmt: skip
+    replaced = build_robot(
+        build_dataclass(RobotConfig, {"mjcf": str(path), "actuators": "replace", "joints": {"shoulder": {"kp": 5.0}}})
+    )
     assert replaced.action_type == "joint_position" and replaced.model.nu == 1
     assert replaced.model.actuator_biastype[0] == mujoco.mjtBias.mjBIAS_AFFINE
 
@@ -97,8 +107,14 @@ def test_a_urdf_through_mujocos_import(tmp_path) -> None:
   <joint name="elbow" type="revolute"><parent link="base"/><child link="arm"/><axis xyz="0 0 1"/>
     <limit lower="-2" upper="2" effort="5" velocity="3"/></joint>
 </robot>""")
-    env = make_env("robot", 1, backend="mujoco", robot={"mjcf": str(path), "joints": {"elbow": {"kp": 8.0}},
-                                                        "floor": {"type": "none"}}, task=TASK, seed=0)  # fmt: skip
+    env = make_env(
+        "robot",
+        1,
+        backend="mujoco",
+        robot={"mjcf": str(path), "joints": {"elbow": {"kp": 8.0}}, "floor": {"type": "none"}},
+        task=TASK,
+        seed=0,
+    )
     assert env.action_dim == 1 and env.task.robot.joint_names == ("elbow",)
     env.step(torch.ones(1, 1))
 
@@ -131,8 +147,10 @@ def test_bad_robot_inputs_are_one_line(arm_file, changes, message) -> None:
 
 def test_model_errors_carry_mujocos_message(tmp_path) -> None:
     mesh = tmp_path / "mesh_robot.xml"
-    mesh.write_text('<mujoco><asset><mesh name="shell" file="shell.stl"/></asset><worldbody><body name="b">'
-                    '<joint name="j"/><geom type="mesh" mesh="shell"/></body></worldbody></mujoco>')  # fmt: skip
+    mesh.write_text(
+        '<mujoco><asset><mesh name="shell" file="shell.stl"/></asset><worldbody><body name="b">'
+        '<joint name="j"/><geom type="mesh" mesh="shell"/></body></worldbody></mujoco>'
+    )
     with pytest.raises(ValueError, match=r"MuJoCo cannot compile it: Error opening file .*shell.stl"):
         build_robot(build_dataclass(RobotConfig, {"mjcf": str(mesh), "joints": {"j": {"kp": 1.0}}}))
     broken = tmp_path / "broken.xml"
@@ -180,8 +198,11 @@ def test_bad_sections_are_one_line_config_errors(section, data, message) -> None
 
 def test_terms_that_need_missing_parts_say_what_to_add(arm_file) -> None:
     _, task = quadruped_sections()
-    with pytest.raises(ValueError, match=r"task.rewards.undesired_contacts.bodies: '.\*_thigh' matches no body; "
-                                         r"bodies: base, link"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"task.rewards.undesired_contacts.bodies: '.\*_thigh' matches no body; "
+        r"bodies: base, link",
+    ):
         make_env("robot", 1, backend="mujoco", robot=_robot(arm_file), task=task)
     task = {**TASK, "observations": {"base_lin_vel": {}}}
     with pytest.raises(ValueError, match=r"task.observations.base_lin_vel needs a base with a free joint"):
@@ -190,6 +211,9 @@ def test_terms_that_need_missing_parts_say_what_to_add(arm_file) -> None:
     with pytest.raises(ValueError, match=r"task.rewards.feet_slip needs robot.feet"):
         make_env("robot", 1, backend="mujoco", robot=_robot(arm_file), task=task)
     task = {**TASK, "rewards": {"bad": {"hook": "tests.robots.hooks:broken", "weight": 1.0}}}
-    with pytest.raises(ValueError, match=r"task.rewards.bad \(hook tests.robots.hooks:broken\) failed on the first "
-                                         r"state: AttributeError"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"task.rewards.bad \(hook tests.robots.hooks:broken\) failed on the first "
+        r"state: AttributeError",
+    ):
         make_env("robot", 1, backend="mujoco", robot=_robot(arm_file), task=task)

@@ -48,8 +48,11 @@ def test_export_sidecar_describes_the_robot(exported) -> None:
     terms = robot["observation"]["terms"]
     assert [t["name"] for t in terms][:3] == ["base_lin_vel", "base_ang_vel", "projected_gravity"]
     assert sum(t["size"] for t in terms) == sidecar["obs_dim"] == len(sidecar["obs_names"]) == 48
-    assert sidecar["obs_names"][9:12] == ["velocity_command/lin_vel_x", "velocity_command/lin_vel_y",
-                                          "velocity_command/ang_vel_z"]  # fmt: skip
+    assert sidecar["obs_names"][9:12] == [
+        "velocity_command/lin_vel_x",
+        "velocity_command/lin_vel_y",
+        "velocity_command/ang_vel_z",
+    ]
     assert terms[3]["scale"] == [2.0, 2.0, 0.25]
     assert robot["joint_range"][2] == pytest.approx([-2.818, -0.888])
 
@@ -120,8 +123,10 @@ def test_bad_input_is_one_line_and_exit_code_two(overrides, message) -> None:
 
 def test_a_mesh_that_is_missing_and_an_mjcf_that_does_not_compile(tmp_path) -> None:
     mesh = tmp_path / "meshy.xml"
-    mesh.write_text('<mujoco><asset><mesh name="m" file="leg.stl"/></asset><worldbody><body name="b">'
-                    '<freejoint/><geom type="mesh" mesh="m"/></body></worldbody></mujoco>')  # fmt: skip
+    mesh.write_text(
+        '<mujoco><asset><mesh name="m" file="leg.stl"/></asset><worldbody><body name="b">'
+        '<freejoint/><geom type="mesh" mesh="m"/></body></worldbody></mujoco>'
+    )
     assert "MuJoCo cannot compile it: Error opening file" in _train_fails(f"robot.mjcf={mesh}")
     broken = tmp_path / "broken.xml"
     broken.write_text("<mujoco><worldbody><body name='b'><geom type='sphere'/></body></worldbody>")

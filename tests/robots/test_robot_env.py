@@ -175,8 +175,11 @@ def test_commands_are_resampled_on_their_interval() -> None:
 
 
 def test_privileged_terms_reach_the_critic() -> None:
-    env = quadruped(2, quiet_task(critic={"feet_contact": {}, "feet_height": {}, "base_height": {}}),
-                    randomization={"geom_friction": [0.5, 1.5]})  # fmt: skip
+    env = quadruped(
+        2,
+        quiet_task(critic={"feet_contact": {}, "feet_height": {}, "base_height": {}}),
+        randomization={"geom_friction": [0.5, 1.5]},
+    )
     env.reset(seed=0)
     geoms = env.physics.mj_model.ngeom
     assert env.privileged_dim == 3 * geoms + 4 + 4 + 1  # friction scales, then the task's block
@@ -245,10 +248,12 @@ def test_a_users_terms_and_command_each_come_from_one_file() -> None:
     # the config names them and nothing else in robopt changes
     task = quiet_task(
         commands={"hook": "tests.robots.hooks:ForwardCommand", "speed": [0.5, 0.5], "resample_s": [100.0, 100.0]},
-        rewards={"steps": {"hook": "tests.robots.hooks:StepsSinceReset", "weight": 1.0, "after": 3.0},
-                 "track_lin_vel_xy": {"weight": 1.0}},
+        rewards={
+            "steps": {"hook": "tests.robots.hooks:StepsSinceReset", "weight": 1.0, "after": 3.0},
+            "track_lin_vel_xy": {"weight": 1.0},
+        },
         terminations={},
-    )  # fmt: skip
+    )
     task["observations"]["effort"] = {"hook": "tests.robots.hooks:joint_effort", "scale": 0.1}
     env = quadruped(2, task)
     obs = env.reset(seed=0)

@@ -69,8 +69,9 @@ def topic_robot(block: dict, sec: dict, obs_dim: int = 48, action_dim: int = 12)
     clocks, link = Clocks(), FakeTransport()
     clocks.wall = 1_700_000_000.01  # the messages' stamps are 10 ms old
     mapping = parse_robot_map(sec, "ros2", obs_dim, action_dim, block)
-    robot = TopicRobot(link, mapping, obs_dim, action_dim, clock=lambda: clocks.monotonic,
-                       wall_clock=lambda: clocks.wall)  # fmt: skip
+    robot = TopicRobot(
+        link, mapping, obs_dim, action_dim, clock=lambda: clocks.monotonic, wall_clock=lambda: clocks.wall
+    )
     return robot, link, clocks
 
 
@@ -112,8 +113,14 @@ def test_joint_targets_go_out_by_name_within_the_joint_ranges(walked):
     env, _, block = walked
     names = block["joint_names"]
     controller_order = names[::-1]
-    sec = section(command={"topic": TARGETS, "type": "std_msgs/Float64MultiArray", "targets": "joint_position",
-                           "joints": controller_order})  # fmt: skip
+    sec = section(
+        command={
+            "topic": TARGETS,
+            "type": "std_msgs/Float64MultiArray",
+            "targets": "joint_position",
+            "joints": controller_order,
+        }
+    )
     robot, link, _ = topic_robot(block, sec)
     action = np.linspace(-1.0, 1.0, 12)
     robot.send(action)
@@ -121,8 +128,9 @@ def test_joint_targets_go_out_by_name_within_the_joint_ranges(walked):
     data = np.asarray(cdr.decode("std_msgs/msg/Float64MultiArray", payload)["data"])
     targets = np.asarray(block["action_offset"]) + np.asarray(block["action_scale"]) * action
     assert topic == TARGETS and np.allclose(data, targets[::-1])
-    joint_state = section(command={"topic": "/joint_targets", "type": "sensor_msgs/JointState",
-                                   "targets": "joint_position"})  # fmt: skip
+    joint_state = section(
+        command={"topic": "/joint_targets", "type": "sensor_msgs/JointState", "targets": "joint_position"}
+    )
     robot, link, _ = topic_robot(block, joint_state)
     robot.send(action)
     message = cdr.decode("sensor_msgs/msg/JointState", link.sent[-1][1])
@@ -148,8 +156,9 @@ def test_bad_maps_are_one_line(walked):
     _, _, block = walked
     terms = block["observation"]["terms"]
     no_command = with_terms(block, [t for t in terms if t["name"] != "velocity_command"])
-    feet = with_terms(block, [*terms, {"name": "feet_contact", "size": 4, "scale": [1.0] * 4, "clip": None,
-                                       "deploy": None}])  # fmt: skip
+    feet = with_terms(
+        block, [*terms, {"name": "feet_contact", "size": 4, "scale": [1.0] * 4, "clip": None, "deploy": None}]
+    )
     old_export = with_terms(block, [{k: v for k, v in t.items() if k != "deploy"} for t in terms])
     hand_written = [{"topic": "/a", "type": "std_msgs/Float64MultiArray", "field": "data"}]
     # fmt: off
@@ -187,11 +196,18 @@ def test_a_users_observation_term_deploys_from_its_declaration():
     env = make_env("robot", 1, backend="mujoco", robot=robot, task=task, seed=3, num_threads=1)
     block = robot_sidecar(env.task)
     term = block["observation"]["terms"][-1]
-    assert term["deploy"] == {"topic": "joint_states", "type": "sensor_msgs/JointState", "field": "effort",
-                              "by_joint": True} and term["elements"] == block["joint_names"]  # fmt: skip
+    assert (
+        term["deploy"]
+        == {"topic": "joint_states", "type": "sensor_msgs/JointState", "field": "effort", "by_joint": True}
+        and term["elements"] == block["joint_names"]
+    )
     entries = observation_from_sidecar(block, {"joint_states": "/robot/joints"}, None)
-    assert entries[-1] == {"topic": "/robot/joints", "field": "effort", "joints": block["joint_names"],
-                           "transform": {"scale": [0.1] * 12}}  # fmt: skip
+    assert entries[-1] == {
+        "topic": "/robot/joints",
+        "field": "effort",
+        "joints": block["joint_names"],
+        "transform": {"scale": [0.1] * 12},
+    }
     parsed = parse_robot_map(section(topics={"joint_states": "/robot/joints"}), "ros2", 60, 12, block)
     assert "/robot/joints" in parsed.topics
     env.close()

@@ -58,8 +58,9 @@ def test_fall_termination_at_the_angle() -> None:
 
 def test_velocity_tracking_kernels() -> None:
     # command (1.0, 0.5, 0.2); velocity (0.6, 0.5, *); error^2 = 0.4^2 = 0.16 -> exp(-0.16 / 0.5^2) = exp(-0.64)
-    signals = Signals.of(command=t(1.0, 0.5, 0.2)[None], base_lin_vel=t(0.6, 0.5, 0.3)[None],
-                         base_ang_vel=t(0.1, -0.2, -0.1)[None])  # fmt: skip
+    signals = Signals.of(
+        command=t(1.0, 0.5, 0.2)[None], base_lin_vel=t(0.6, 0.5, 0.3)[None], base_ang_vel=t(0.1, -0.2, -0.1)[None]
+    )
     torch.testing.assert_close(rewards.track_lin_vel_xy(signals, std=0.5), t(math.exp(-0.64)))
     # yaw error (0.2 - (-0.1))^2 = 0.09 -> exp(-0.09 / 0.25) = exp(-0.36)
     torch.testing.assert_close(rewards.track_ang_vel_z(signals, std=0.5), t(math.exp(-0.36)))
@@ -112,8 +113,9 @@ def test_feet_air_time_and_slip() -> None:
         return Signals.of(feet_contact=torch.tensor([contact, contact]), step_dt=0.1)
 
     command = torch.tensor([[0.5, 0.0, 0.0], [0.05, 0.0, 0.0]], dtype=F64)
-    air = rewards.FeetAirTime(Signals.of(feet_force=torch.zeros(2, 2, dtype=F64),
-                                         feet_contact=torch.ones(2, 2, dtype=torch.bool)))  # fmt: skip
+    air = rewards.FeetAirTime(
+        Signals.of(feet_force=torch.zeros(2, 2, dtype=F64), feet_contact=torch.ones(2, 2, dtype=torch.bool))
+    )
     seen = []
     for step in range(1, 8):
         air.update(feet(step >= 6, step >= 3))
@@ -124,8 +126,10 @@ def test_feet_air_time_and_slip() -> None:
     air.reset(torch.tensor([0]), feet(True, False))  # a reset row: nothing has just landed, foot 1 is in the air
     assert air.air_time[0].tolist() == [0.0, 0.0] and air.in_contact[0].tolist() == [True, False]
     # slip: feet on the ground only, |v_xy|^2: foot 0 (0.3, 0.4) -> 0.25, foot 1 in the air (ignored)
-    signals = Signals.of(feet_vel=torch.tensor([[[0.3, 0.4, 1.0], [2.0, 0.0, 0.0]]], dtype=F64),
-                         feet_contact=torch.tensor([[True, False]]))  # fmt: skip
+    signals = Signals.of(
+        feet_vel=torch.tensor([[[0.3, 0.4, 1.0], [2.0, 0.0, 0.0]]], dtype=F64),
+        feet_contact=torch.tensor([[True, False]]),
+    )
     torch.testing.assert_close(rewards.feet_slip(signals), t(0.25))
 
 
@@ -196,8 +200,12 @@ def test_term_parsing_errors_name_the_key() -> None:
 
 
 def test_a_hook_term_takes_its_parameters() -> None:
-    (term,) = parse_terms("reward", "rewards", {"mine": {"hook": "tests.robots.hooks:height_bonus", "weight": 2.0,
-                                                         "target": 0.3}}, REGISTRY["reward"])  # fmt: skip
+    (term,) = parse_terms(
+        "reward",
+        "rewards",
+        {"mine": {"hook": "tests.robots.hooks:height_bonus", "weight": 2.0, "target": 0.3}},
+        REGISTRY["reward"],
+    )
     assert (
         term.weight == 2.0 and term.params == {"target": 0.3} and term.source == "hook tests.robots.hooks:height_bonus"
     )

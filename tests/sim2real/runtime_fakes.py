@@ -69,8 +69,17 @@ class ScriptedRobot:
 
 def pendulum_sidecar(period: float = 0.05, **kwargs) -> Sidecar:
     """The sidecar of a Pendulum-v1 policy (D = 3, A = 1, torque in [-2, 2]) with an ONNX model."""
-    return Sidecar(policy_kind="gaussian", env_id="Pendulum-v1", obs_dim=3, action_dim=1, action_low=[-2.0],
-                   action_high=[2.0], control_period=period, files={"onnx": "policy.onnx"}, **kwargs)  # fmt: skip
+    return Sidecar(
+        policy_kind="gaussian",
+        env_id="Pendulum-v1",
+        obs_dim=3,
+        action_dim=1,
+        action_low=[-2.0],
+        action_high=[2.0],
+        control_period=period,
+        files={"onnx": "policy.onnx"},
+        **kwargs,
+    )
 
 
 def wait_until(condition, timeout: float = 5.0) -> bool:

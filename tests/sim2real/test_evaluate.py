@@ -119,8 +119,9 @@ def test_delay_and_push_cells(hopper, tmp_path):
     np.testing.assert_allclose(result.returns[0, 0], reference, atol=1e-4)
     np.testing.assert_allclose(result.nominal_returns, reference, atol=1e-4)
     _, policy = load_policy(run_dir)
-    delayed = make_env("mujoco/Hopper", 4, backend="mujoco", max_episode_steps=100,
-                       randomization={"action_delay": [2, 2]})  # fmt: skip
+    delayed = make_env(
+        "mujoco/Hopper", 4, backend="mujoco", max_episode_steps=100, randomization={"action_delay": [2, 2]}
+    )
     try:
         np.testing.assert_allclose(result.returns[1, 0], evaluate_policy(policy, delayed, 4, 3).returns, atol=1e-4)
     finally:
@@ -172,8 +173,12 @@ def test_run_and_export_give_the_same_table(hopper, tmp_path):
 def test_a_recurrent_export_carries_its_state_through_the_grid(tmp_path):
     """A GRU policy's export (obs and state in, action and next state out) gives the run's table: the ONNX model's
     state is carried row by row and zeroed where an episode starts, as the torch policy's is."""
-    run_dir = _train(tmp_path / "runs", "mujoco/Hopper", "env.kwargs={max_episode_steps: 60}",
-                     "policy.recurrent={type: gru, hidden: 16, sequence_length: 8}")  # fmt: skip
+    run_dir = _train(
+        tmp_path / "runs",
+        "mujoco/Hopper",
+        "env.kwargs={max_episode_steps: 60}",
+        "policy.recurrent={type: gru, hidden: 16, sequence_length: 8}",
+    )
     export_dir = export_run(run_dir, formats=("onnx",)).out_dir
     grid = {"body_mass": [0.5, 1.0]}
     from_run = evaluate_transfer(run_dir, grid, episodes=3, seed=0, out=tmp_path / "run")

@@ -156,5 +156,6 @@ def test_native_hopper_export_has_per_step_bounds_and_row_major_chunks(tmp_path)
     expected = _torch_chunk(_torch_policy(run_dir), obs)  # flat [K, 6] -> [K, 2, 3]: step h = flat[:, 3h:3h + 3]
     assert action.shape == (10, H, 3)
     np.testing.assert_allclose(action, expected, atol=1e-6)
-    np.testing.assert_allclose(onnx_session(run_dir / "export" / "policy.onnx").run(None, {"obs": obs})[0], expected,
-                               atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        onnx_session(run_dir / "export" / "policy.onnx").run(None, {"obs": obs})[0], expected, atol=1e-5
+    )

@@ -35,9 +35,13 @@ def recurrent_run(tmp_path_factory):
 
     config = load_config(
         ROOT / "configs" / "ppo_pendulum.yaml",
-        ["env.num_envs=1", "policy.hidden=[16]", f"policy.recurrent={{type: gru, hidden: {HIDDEN}}}",
-         "env.kwargs={max_episode_steps: 20}"],
-    )  # fmt: skip
+        [
+            "env.num_envs=1",
+            "policy.hidden=[16]",
+            f"policy.recurrent={{type: gru, hidden: {HIDDEN}}}",
+            "env.kwargs={max_episode_steps: 20}",
+        ],
+    )
     run_dir = tmp_path_factory.mktemp("run")
     policy = untrained_run(config, run_dir, "memory")  # a memory that matters: the action depends on the past
     return run_dir, config, policy, export_run(run_dir)

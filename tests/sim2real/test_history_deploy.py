@@ -46,8 +46,9 @@ def test_history_window_holds_the_env_layout():
 
 def test_sidecar_history_block_is_checked_and_optional_in_the_file(tmp_path):
     window = K * (D + A)  # 12
-    sidecar = replace(pendulum_sidecar(), obs_dim=window, obs_low=[-1.0, -1, -8, -2] * K,
-                      obs_high=[1.0, 1, 8, 2] * K, history=HISTORY)  # fmt: skip
+    sidecar = replace(
+        pendulum_sidecar(), obs_dim=window, obs_low=[-1.0, -1, -8, -2] * K, obs_high=[1.0, 1, 8, 2] * K, history=HISTORY
+    )
     assert sidecar.robot_obs_dim == D and sidecar.robot_obs_bounds == ([-1, -1, -8], [1, 1, 8])
     write_sidecar(tmp_path, sidecar)
     assert read_sidecar(tmp_path) == sidecar

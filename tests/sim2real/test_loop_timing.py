@@ -111,8 +111,13 @@ def test_the_loop_holds_its_rate_whatever_the_stamps_and_never_ticks_faster(name
 def test_measurement_mode_ticks_on_fresh_measurements_and_relocks_after_a_late_one():
     """A robot 5 ms after the loop's phase; one measurement 9 ms late: the loop follows it and comes back."""
     robot = TimedRobot([], [])
-    loop = ControlLoop(constant([0.0, 0.0]), robot, sidecar_for(period=PERIOD), DeployConfig(tick_on="measurement"),
-                       clock=time.monotonic)  # fmt: skip
+    loop = ControlLoop(
+        constant([0.0, 0.0]),
+        robot,
+        sidecar_for(period=PERIOD),
+        DeployConfig(tick_on="measurement"),
+        clock=time.monotonic,
+    )
     start_robot(robot, "clean")  # 15 ms behind the robot's phase at the start
     robot.arrivals[20:] = [t + 0.009 for t in robot.arrivals[20:]]  # the robot's phase moves 9 ms (a late packet,
     robot.stamps[20:] = [t + 0.009 for t in robot.stamps[20:]]  # a clock step): the loop relocks on it
@@ -142,8 +147,14 @@ def test_a_slow_second_is_reported_when_it_happens():
             return GOOD, time.monotonic()
 
     seen = []
-    loop = ControlLoop(constant([0.0, 0.0]), Stalling([], []), sidecar_for(period=PERIOD), DeployConfig(),
-                       clock=time.monotonic, status=seen.append)  # fmt: skip
+    loop = ControlLoop(
+        constant([0.0, 0.0]),
+        Stalling([], []),
+        sidecar_for(period=PERIOD),
+        DeployConfig(),
+        clock=time.monotonic,
+        status=seen.append,
+    )
     summary = loop.run(duration=1.3)
     counters = summary["counters"]
     assert counters["low_rate_seconds"] >= 1 and counters["late_ticks"] >= 10 and counters["skipped_ticks"] >= 10
@@ -161,8 +172,9 @@ def test_pinning_and_realtime_requests_are_applied_or_refused_in_one_line():
     cpu = min(before)
     robot = TimedRobot([0.0], [0.0])
     config = DeployConfig(cpu_affinity=[cpu], realtime_priority=10)
-    loop = ControlLoop(constant([0.0, 0.0]), robot, sidecar_for(period=PERIOD), config, clock=lambda: 0.0,
-                       realtime=False)  # fmt: skip
+    loop = ControlLoop(
+        constant([0.0, 0.0]), robot, sidecar_for(period=PERIOD), config, clock=lambda: 0.0, realtime=False
+    )
     summary = loop.run(ticks=3)
     notes = summary["notices"]
     assert os.sched_getaffinity(0) == {cpu} and f"pinned to CPU {cpu}" in notes[0]
@@ -201,8 +213,13 @@ def test_ticking_on_measurements_acts_on_fresh_observations():
     for tick_on in ("clock", "measurement"):
         # measurements land 5 ms after each of the clock's ticks: on the clock, each tick reads one 45 ms old
         robot = PhasedRobot(period, time.monotonic() + 0.2 + 0.005)
-        loop = ControlLoop(constant([0.0, 0.0]), robot, sidecar_for(period=period),
-                           DeployConfig(tick_on=tick_on, stale_timeout_ms=500), clock=time.monotonic)  # fmt: skip
+        loop = ControlLoop(
+            constant([0.0, 0.0]),
+            robot,
+            sidecar_for(period=period),
+            DeployConfig(tick_on=tick_on, stale_timeout_ms=500),
+            clock=time.monotonic,
+        )
         time.sleep(max(0.0, robot.first - 0.005 - time.monotonic()))
         loop.run(ticks=16)
         records = loop.log.records()[4:]  # past the start, where the first measurement may not be there yet

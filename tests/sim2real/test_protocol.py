@@ -39,9 +39,7 @@ ACTION_2 = encode(KIND_ACTION, 7, 1.5, np.array([1.0, -2.0]))
 def test_encode_matches_hand_built_bytes():
     # magic, version 1, kind 2, reserved 0, seq 7 (u32 LE), timestamp 1.5 (f64 LE: 0x3FF8000000000000),
     # count 2 (u16 LE), payload 1.0f (0x3F800000) and -2.0f (0xC0000000), then crc32 of those 30 bytes.
-    body = bytes.fromhex(
-        "52425054" "01" "02" "0000" "07000000" "000000000000f83f" "0200" "0000803f" "000000c0"
-    )  # fmt: skip
+    body = bytes.fromhex("524250540102000007000000000000000000f83f02000000803f000000c0")
     assert len(body) == 22 + 4 * 2
     assert body == struct.pack("<4sBBHIdH2f", b"RBPT", 1, 2, 0, 7, 1.5, 2, 1.0, -2.0)
     assert ACTION_2 == body + struct.pack("<I", zlib.crc32(body))

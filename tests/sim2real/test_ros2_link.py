@@ -51,11 +51,16 @@ def pendulum_section(transport: dict) -> dict:
         "command": {"topic": "/robopt/command", "type": "std_msgs/Float64MultiArray"},
         "episode": {"topic": "/robopt/episode"},  # sim-robot's episode count
         "observation": [
-            {"topic": "/joint_states", "type": "sensor_msgs/JointState", "field": "position", "joints": ["hinge"],
-             "transform": ["cos", "sin"]},
+            {
+                "topic": "/joint_states",
+                "type": "sensor_msgs/JointState",
+                "field": "position",
+                "joints": ["hinge"],
+                "transform": ["cos", "sin"],
+            },
             {"topic": "/joint_states", "field": "velocity", "joints": ["hinge"]},
         ],
-    }  # fmt: skip
+    }
 
 
 ECHO = """
@@ -98,16 +103,29 @@ def test_round_trip_between_two_processes_keeps_every_byte(kind, request):
 
         endpoint = f"tcp/127.0.0.1:{free_port()}"
         echo_arg, make = endpoint, lambda s, p: ZenohLink(s, p, {"connect": [endpoint], "multicast": False})
-    echo = subprocess.Popen([sys.executable, "-c", ECHO.format(root=root), kind, echo_arg], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    echo = subprocess.Popen(
+        [sys.executable, "-c", ECHO.format(root=root), kind, echo_arg],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert echo.stdout.readline().strip() == "ready", echo.stdout.read()
         link = make({"/pong": (JOINTS, Qos("reliable", 100))}, {"/ping": (JOINTS, Qos("reliable", 100))})
         names = [f"joint_{i}" for i in range(12)]  # a 12-joint robot
         rng = np.random.default_rng(0)
-        sent = [cdr.encode(JOINTS, {"header": {"stamp": {"sec": i, "nanosec": 5}, "frame_id": "base"}, "name": names,
-                                    "position": rng.normal(size=12), "velocity": rng.normal(size=12)})
-                for i in range(50)]  # fmt: skip
+        sent = [
+            cdr.encode(
+                JOINTS,
+                {
+                    "header": {"stamp": {"sec": i, "nanosec": 5}, "frame_id": "base"},
+                    "name": names,
+                    "position": rng.normal(size=12),
+                    "velocity": rng.normal(size=12),
+                },
+            )
+            for i in range(50)
+        ]
         probe = cdr.encode(JOINTS, {"name": ["probe"]})
         deadline = time.monotonic() + 15
         while not any(payload == probe for _, payload, _ in link.poll()):  # discovery: until the echo answers
@@ -194,10 +212,10 @@ def hostile_payloads(count: int, rng: np.random.Generator) -> list[bytes]:
         lambda: flip(good),
         lambda: cdr.encode(
             JOINTS, {"name": ["hinge"], "position": [rng.choice([np.nan, np.inf, -np.inf])], "velocity": [0.0]}
-        ),  # fmt: skip
+        ),
         lambda: cdr.encode(
             JOINTS, {"name": ["hinge", "x"], "position": rng.normal(size=int(rng.integers(0, 5))), "velocity": [0.0]}
-        ),  # fmt: skip
+        ),
         lambda: cdr.encode(JOINTS, {"name": ["elbow"], "position": [0.1], "velocity": [0.1]}),
         lambda: cdr.encode(
             JOINTS,
@@ -207,7 +225,7 @@ def hostile_payloads(count: int, rng: np.random.Generator) -> list[bytes]:
                 "position": [1e300],
                 "velocity": [-1e300],
             },
-        ),  # fmt: skip
+        ),
         lambda: good[:8] + b"\xff\xff\xff\xff" + good[12:],  # a frame_id length of 4 GB
     ]
 

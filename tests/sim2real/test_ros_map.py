@@ -197,8 +197,10 @@ def test_a_silent_topic_and_an_unknown_joint_are_reported_once():
     robot.read()
     robot.read()
     notices = robot.take_notices()
-    assert notices == ["waiting for /joint_states: no valid message yet (the safe action is sent until every "
-                       "observation topic has published)"]  # fmt: skip
+    assert notices == [
+        "waiting for /joint_states: no valid message yet (the safe action is sent until every "
+        "observation topic has published)"
+    ]
     link.inbox.append(("/joint_states", joint_states(["shoulder", "elbow"], [0.0, 0.0], [0.0, 0.0]), 1.0))
     assert robot.read()[0] is None
     robot.read()

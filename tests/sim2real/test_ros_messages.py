@@ -87,12 +87,25 @@ def test_a_joint_state_by_hand():
     )
     expected = bytes.fromhex(
         "00010000"  # encapsulation: plain CDR, little-endian
-        "01000000" "02000000"  # stamp.sec, stamp.nanosec
-        "05000000" "6261736500" "000000"  # frame_id: length 5 with the NUL, "base\0", 3 bytes to align 4
-        "02000000" "02000000" "6100" "0000" "03000000" "626300" "00"  # names: count 2, "a\0" + pad, "bc\0" + pad
-        "02000000" "00000000" "000000000000f03f" "0000000000000040"  # position: count 2, pad to 8, 1.0, 2.0
-        "00000000" "00000000"  # velocity and effort: count 0 each
-    )  # fmt: skip
+        "01000000"
+        "02000000"  # stamp.sec, stamp.nanosec
+        "05000000"
+        "6261736500"
+        "000000"  # frame_id: length 5 with the NUL, "base\0", 3 bytes to align 4
+        "02000000"
+        "02000000"
+        "6100"
+        "0000"
+        "03000000"
+        "626300"
+        "00"  # names: count 2, "a\0" + pad, "bc\0" + pad
+        "02000000"
+        "00000000"
+        "000000000000f03f"
+        "0000000000000040"  # position: count 2, pad to 8, 1.0, 2.0
+        "00000000"
+        "00000000"  # velocity and effort: count 0 each
+    )
     assert payload == expected
     decoded = cdr.decode("sensor_msgs/msg/JointState", payload)
     assert decoded["name"] == ["a", "bc"] and decoded["position"].tolist() == [1.0, 2.0]

@@ -105,6 +105,7 @@ def test_collect_from_a_chunked_run_records_per_step_transitions(tmp_path):
             chunks = policy.act(obs[[0, 2, 4]], deterministic=True)[0].clamp(-2.0, 2.0)  # [3, 2]: (a_s, a_s+1)
         expected = chunks.reshape(-1)[:5, None]  # steps 0..4: c0[0], c0[1], c2[0], c2[1], c4[0]
         torch.testing.assert_close(action, expected, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(demos.reward[rows].numpy(), _pendulum_reward(obs.numpy(), action.numpy()),
-                                   rtol=1e-4, atol=1e-4)  # fmt: skip
+        np.testing.assert_allclose(
+            demos.reward[rows].numpy(), _pendulum_reward(obs.numpy(), action.numpy()), rtol=1e-4, atol=1e-4
+        )
     assert (demos.action[0] - demos.action[1]).abs().item() > 1e-4  # a chunk's two actions differ: order matters

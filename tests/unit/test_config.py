@@ -108,8 +108,12 @@ def _write(directory, name: str, text: str):
 
 
 def test_extends_merges_mappings_and_keeps_the_files_own_name(tmp_path) -> None:
-    _write(tmp_path, "base.yaml", "name: base\nseed: 3\nenv: {id: Pendulum-v1, num_envs: 4}\n"
-                                  "algo: {name: ppo, epochs: 7, learning_rate: 0.001}\n")  # fmt: skip
+    _write(
+        tmp_path,
+        "base.yaml",
+        "name: base\nseed: 3\nenv: {id: Pendulum-v1, num_envs: 4}\n"
+        "algo: {name: ppo, epochs: 7, learning_rate: 0.001}\n",
+    )
     child = _write(tmp_path, "child.yaml", "extends: base.yaml\nenv: {num_envs: 8}\nalgo: {epochs: 2}\n")
     config = load_config(child)
     assert config.name == "child" and config.seed == 3
@@ -145,8 +149,9 @@ def test_a_run_saved_by_an_earlier_robopt_still_loads(tmp_path):
 
     data = config_to_dict(ExperimentConfig())
     del data["group"]
-    data["rollout"].update(advantage="group", group_std=False, leave_one_out=True, dynamic_sampling=False,
-                           refill_rounds=0)  # fmt: skip
+    data["rollout"].update(
+        advantage="group", group_std=False, leave_one_out=True, dynamic_sampling=False, refill_rounds=0
+    )
     data["task"]["history"] = 1
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
     config = load_run_config(tmp_path)

@@ -40,9 +40,12 @@ def test_a_file_extends_its_base_relative_to_itself(tmp_path):
 
 @pytest.mark.parametrize(
     ("text", "match"),
-    [("extends: run.yaml\n", "makes a cycle of config files"), ("extends: [a.yaml]\n", "must be the path of another"),
-     ("extends: missing.yaml\n", "not found")],
-)  # fmt: skip
+    [
+        ("extends: run.yaml\n", "makes a cycle of config files"),
+        ("extends: [a.yaml]\n", "must be the path of another"),
+        ("extends: missing.yaml\n", "not found"),
+    ],
+)
 def test_bad_extends_is_one_line(tmp_path, text, match):
     (tmp_path / "run.yaml").write_text(text)
     with pytest.raises(ConfigError, match=match) as error:

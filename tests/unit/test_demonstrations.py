@@ -178,8 +178,9 @@ def test_record_episodes_on_pendulum():
         assert not episode.terminations.any() and episode.truncations.tolist() == [False] * 199 + [True]
         expected = np.clip(-3.0 * episode.observations[:-1, 2:3], -2.0, 2.0)
         np.testing.assert_allclose(episode.actions, expected, rtol=1e-6)
-        np.testing.assert_allclose(episode.rewards, _pendulum_reward(episode.observations[:-1], episode.actions),
-                                   rtol=1e-4, atol=1e-4)  # fmt: skip
+        np.testing.assert_allclose(
+            episode.rewards, _pendulum_reward(episode.observations[:-1], episode.actions), rtol=1e-4, atol=1e-4
+        )
         # The final observation follows from the last state and action (g = 10, l = m = 1, dt = 0.05): it is the
         # true last observation, not the next episode's reset.
         theta, thetadot = math.atan2(*episode.observations[-2, 1::-1]), episode.observations[-2, 2]
@@ -274,8 +275,18 @@ def test_cli_collect_scripted_expert(tmp_path):
     experts = pytest.importorskip("robopt.envs.experts")
     if "robopt/MultiGoal" not in experts.EXPERTS:
         pytest.skip("no MultiGoal expert")
-    result = _collect("--expert", "robopt/MultiGoal", "--episodes", "5", "--envs", "2", "--out", "goal/expert",
-                      "--root", str(tmp_path))  # fmt: skip
+    result = _collect(
+        "--expert",
+        "robopt/MultiGoal",
+        "--episodes",
+        "5",
+        "--envs",
+        "2",
+        "--out",
+        "goal/expert",
+        "--root",
+        str(tmp_path),
+    )
     assert result.exit_code == 0, result.output
     episodes, info = read_episodes("goal/expert", root=tmp_path)
     assert len(episodes) == 5 and info.env_id == "robopt/MultiGoal" and info.metadata["source"] == "expert"

@@ -26,8 +26,16 @@ def _experience(lengths, robot=0, version=0, start=0.0, obs_dim=2, truncate=Fals
     obs = value[:, None].repeat(1, obs_dim)  # [L, D]
     ends = torch.zeros(L, dtype=torch.bool)
     ends[torch.tensor(lengths).cumsum(0) - 1] = True
-    return {"robot": robot, "version": version, "obs": obs, "action": -value[:, None], "reward": value.clone(),
-            "next_obs": obs + 0.5, "terminated": ends & (not truncate), "truncated": ends & truncate}  # fmt: skip
+    return {
+        "robot": robot,
+        "version": version,
+        "obs": obs,
+        "action": -value[:, None],
+        "reward": value.clone(),
+        "next_obs": obs + 0.5,
+        "terminated": ends & (not truncate),
+        "truncated": ends & truncate,
+    }
 
 
 def _hub(capacity=8, num_robots=3, obs_dim=2, **options) -> ExperienceHub:
@@ -120,7 +128,10 @@ def test_invalid_batch_is_rejected_with_its_reason_and_quarantines_the_robot(cas
     assert hub.sampler.robot.tolist() == [0, 0, -1, -1, -1, -1, -1, -1]
     assert hub.quarantined == {1}
     assert (hub.counters["rejected_batches"], hub.counters["quarantined_robots"], hub.counters["refused_pushes"]) == (
-        1, 1, 0)  # fmt: skip
+        1,
+        1,
+        0,
+    )
     # the quarantined robot's valid batch is refused and counted; other robots still push
     assert hub.push(_experience([2, 3], robot=1, version=4, obs_dim=3)) == 0
     assert hub.counters["refused_pushes"] == 1 and hub.storage.steps == 2 and hub.counters["transitions"][1] == 0
@@ -184,8 +195,9 @@ def test_drop_mode_never_returns_a_slot_older_than_max_lag():
 
 def test_weight_mode_gives_decay_power_lag_normalized_to_mean_one():
     # lags [0, 1, 2, 1], decay 0.5: [1, 0.5, 0.25, 0.5], mean 0.5625 -> [16/9, 8/9, 4/9, 8/9]
-    torch.testing.assert_close(staleness_weights(torch.tensor([0, 1, 2, 1]), 0.5),
-                               torch.tensor([16 / 9, 8 / 9, 4 / 9, 8 / 9]))  # fmt: skip
+    torch.testing.assert_close(
+        staleness_weights(torch.tensor([0, 1, 2, 1]), 0.5), torch.tensor([16 / 9, 8 / 9, 4 / 9, 8 / 9])
+    )
     # lags 200, 201 (0.5 ** 200 underflows float32): relative [1, 0.5], mean 0.75 -> [4/3, 2/3]
     torch.testing.assert_close(staleness_weights(torch.tensor([200, 201]), 0.5), torch.tensor([4 / 3, 2 / 3]))
     # slot 0 lag 0, slot 1 lag 2 (version 3, slot versions 3, 1); weight mode keeps both despite max_lag 0.
@@ -314,18 +326,34 @@ def test_state_dict_round_trip_restores_storage_tags_counters_and_quarantine():
         assert torch.equal(restored.storage.tensors[name], tensor), name
     assert restored.storage.steps == 7 and restored.version == 3
     assert restored.sampler.robot.tolist() == [1, 0, 0, 0, 1, 1] and restored.sampler.slot_version.tolist() == [
-        3, 1, 1, 1, 3, 3]  # fmt: skip
-    assert restored.counters == original.counters == {
-        "transitions": [4, 3, 0], "episodes": [2, 1, 0], "successes": [0, 1, 0], "rejected_batches": 1,
-        "quarantined_robots": 1, "refused_pushes": 1}  # fmt: skip
+        3,
+        1,
+        1,
+        1,
+        3,
+        3,
+    ]
+    assert (
+        restored.counters
+        == original.counters
+        == {
+            "transitions": [4, 3, 0],
+            "episodes": [2, 1, 0],
+            "successes": [0, 1, 0],
+            "rejected_batches": 1,
+            "quarantined_robots": 1,
+            "refused_pushes": 1,
+        }
+    )
     assert restored.quarantined == {2} and restored.quarantine_reasons == {2: "robot 2: non-finite reward (NaN or inf)"}
     a = original.sample(6, torch.Generator().manual_seed(5))
     b = restored.sample(6, torch.Generator().manual_seed(5))
     assert all(torch.equal(a[key], b[key]) for key in a)
     assert restored.push(_experience([1], robot=2, version=3)) == 0 and restored.counters["refused_pushes"] == 2
     assert restored.metrics()["hub_quarantined"] == 1.0 and restored.metrics()["hub_size"] == 6.0
-    message = _one_line_error("hub checkpoint is from another config", make("cfg-b").load_state_dict,
-                              original.state_dict())  # fmt: skip
+    message = _one_line_error(
+        "hub checkpoint is from another config", make("cfg-b").load_state_dict, original.state_dict()
+    )
     assert "fingerprint 'cfg-a', this run 'cfg-b'" in message
 
 
@@ -336,7 +364,17 @@ def test_metrics_are_flat_numbers():
     hub.push(_experience([2], robot=1, version=2))
     # slots 0..2 lag 2 (stale under max_lag 1), slots 3, 4 lag 0: mean lag 6 / 5
     assert hub.metrics() == {
-        "hub_size": 5.0, "hub_version": 2.0, "hub_transitions": 5.0, "hub_episodes": 3.0,
-        "hub_robot_transitions_min": 0.0, "hub_robot_transitions_max": 3.0, "hub_rejected_batches": 0.0,
-        "hub_quarantined": 0.0, "hub_refused_pushes": 0.0, "hub_eligible": 2.0, "hub_stale": 3.0,
-        "hub_mean_lag": 1.2, "hub_max_lag": 2.0}  # fmt: skip
+        "hub_size": 5.0,
+        "hub_version": 2.0,
+        "hub_transitions": 5.0,
+        "hub_episodes": 3.0,
+        "hub_robot_transitions_min": 0.0,
+        "hub_robot_transitions_max": 3.0,
+        "hub_rejected_batches": 0.0,
+        "hub_quarantined": 0.0,
+        "hub_refused_pushes": 0.0,
+        "hub_eligible": 2.0,
+        "hub_stale": 3.0,
+        "hub_mean_lag": 1.2,
+        "hub_max_lag": 2.0,
+    }

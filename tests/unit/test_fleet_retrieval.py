@@ -307,5 +307,7 @@ def test_bad_fert_variant_options_are_one_line_errors():
     one_line_error(lambda: FertTargets(pool, k=1, max_distance=-0.1), "max_distance must be a finite number >= 0")
     one_line_error(lambda: FertTargets(pool, k=1, weighting="advantage"), "weighting must be one of none, binary")
     one_line_error(lambda: FertTargets(pool, k=1, temperature=0.0), "temperature must be a finite number > 0")
-    one_line_error(lambda: fert_bc_loss(tiny_policy(), torch.zeros(1, 1), torch.zeros(1, 1), -torch.ones(1), False),
-                   "weights must be >= 0$")  # fmt: skip
+    one_line_error(
+        lambda: fert_bc_loss(tiny_policy(), torch.zeros(1, 1), torch.zeros(1, 1), -torch.ones(1), False),
+        "weights must be >= 0$",
+    )

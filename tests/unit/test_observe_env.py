@@ -55,9 +55,7 @@ def test_selection_is_applied_on_the_robot_side_and_under_a_history():
         policy_env.close()
 
 
-@pytest.mark.parametrize(
-    ("observe", "problem"), [("[0, 3]", "index 3 is out of range"), ("[1, 1]", "indices repeat")]
-)  # fmt: skip
+@pytest.mark.parametrize(("observe", "problem"), [("[0, 3]", "index 3 is out of range"), ("[1, 1]", "indices repeat")])
 def test_bad_indices_are_one_line_errors_naming_obs_dim(observe, problem):
     with pytest.raises(ConfigError, match=f"{problem}; Pendulum-v1 has obs_dim 3") as error:
         build_env(_config(f"env.observe={observe}"))

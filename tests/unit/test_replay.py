@@ -102,8 +102,14 @@ def _nstep_buffer() -> ReplayBuffer:
     # env 0 is truncated at t = 1 (next_obs 101 is its final obs); env 1 terminates at t = 2.
     buffer = ReplayBuffer(ReplayStorage(8, 2, 1, 1), RecordingUniformSampler(), [NStep(3, 0.5)], gamma=0.5)
     for t in range(5):
-        _write(buffer, _column([t, t]), torch.full((2,), 2.0**t), _column([100 + t, 100 + t]),
-               terminated=[False, t == 2], truncated=[t == 1, False])  # fmt: skip
+        _write(
+            buffer,
+            _column([t, t]),
+            torch.full((2,), 2.0**t),
+            _column([100 + t, 100 + t]),
+            terminated=[False, t == 2],
+            truncated=[t == 1, False],
+        )
     return buffer
 
 
@@ -283,26 +289,46 @@ def _one_line_error(match: str, fn, *args, **kwargs) -> str:
 
 def test_bad_inputs_give_one_line_errors():
     storage = ReplayStorage(2, 2, 3, 1)
-    _one_line_error("capacity 4 .* smaller than batch_size 8", ReplayBuffer, storage, RecordingUniformSampler(),
-                    batch_size=8)  # fmt: skip
+    _one_line_error(
+        "capacity 4 .* smaller than batch_size 8", ReplayBuffer, storage, RecordingUniformSampler(), batch_size=8
+    )
     buffer = ReplayBuffer(storage, RecordingUniformSampler())
     _one_line_error("holds 0 transitions, fewer than batch_size 1", buffer.sample, 1)
-    _one_line_error(r"replay obs: expected shape \[2, 3\], got \[2, 4\]", buffer.extend, torch.zeros(2, 4),
-                    torch.zeros(2, 1), torch.zeros(2), torch.zeros(2, 3), torch.zeros(2, dtype=torch.bool),
-                    torch.zeros(2, dtype=torch.bool))  # fmt: skip
+    _one_line_error(
+        r"replay obs: expected shape \[2, 3\], got \[2, 4\]",
+        buffer.extend,
+        torch.zeros(2, 4),
+        torch.zeros(2, 1),
+        torch.zeros(2),
+        torch.zeros(2, 3),
+        torch.zeros(2, dtype=torch.bool),
+        torch.zeros(2, dtype=torch.bool),
+    )
     _one_line_error("capacity_per_env must be an integer >= 1", ReplayStorage, 0, 2, 3, 1)
     other = ReplayBuffer(ReplayStorage(4, 2, 3, 1), RecordingUniformSampler())
-    message = _one_line_error("capacity_per_env=2.*but this buffer has capacity_per_env=4", other.load_state_dict,
-                              buffer.state_dict())  # fmt: skip
+    message = _one_line_error(
+        "capacity_per_env=2.*but this buffer has capacity_per_env=4", other.load_state_dict, buffer.state_dict()
+    )
     assert "num_envs=2" in message
     _one_line_error("n-step n must be an integer >= 1", NStep, 0, 0.99)
-    _one_line_error("strategy 'later' is unknown; allowed: future, final, episode", Hindsight, _sparse_reward,
-                    slice(0, 1), slice(1, 2), strategy="later")  # fmt: skip
+    _one_line_error(
+        "strategy 'later' is unknown; allowed: future, final, episode",
+        Hindsight,
+        _sparse_reward,
+        slice(0, 1),
+        slice(1, 2),
+        strategy="later",
+    )
     _one_line_error("k must be a finite number >= 0", Hindsight, _sparse_reward, slice(0, 1), slice(1, 2), k=-1)
     _one_line_error("differ in size", Hindsight, _sparse_reward, slice(0, 1), slice(1, 3))
     outside = Hindsight(_sparse_reward, slice(0, 2), slice(2, 4))
-    _one_line_error(r"desired_goal slice\(2, 4, None\) lies outside obs_dim 3", ReplayBuffer, storage,
-                    RecordingUniformSampler(), [outside])  # fmt: skip
+    _one_line_error(
+        r"desired_goal slice\(2, 4, None\) lies outside obs_dim 3",
+        ReplayBuffer,
+        storage,
+        RecordingUniformSampler(),
+        [outside],
+    )
     wrong = Hindsight(lambda achieved_goal, desired_goal: torch.zeros(len(achieved_goal), 1), slice(0, 1), slice(1, 2))
     her_buffer = ReplayBuffer(storage, RecordingUniformSampler(), [wrong])
     for _ in range(2):
@@ -314,7 +340,8 @@ def test_nstep_and_hindsight_cannot_be_combined():
     from robopt.buffers import Hindsight, NStep, ReplayBuffer, ReplayStorage, UniformSampler
 
     storage = ReplayStorage(8, 1, 4, 1)
-    her = Hindsight(lambda achieved_goal, desired_goal: -(achieved_goal - desired_goal).abs().sum(-1), slice(0, 2),
-                    slice(2, 4))  # fmt: skip
+    her = Hindsight(
+        lambda achieved_goal, desired_goal: -(achieved_goal - desired_goal).abs().sum(-1), slice(0, 2), slice(2, 4)
+    )
     with pytest.raises(ValueError, match="NStep and Hindsight cannot be combined"):
         ReplayBuffer(storage, UniformSampler(storage.capacity), (NStep(3, 0.9), her))

@@ -31,7 +31,7 @@ def test_seeds_ranges_and_lists():
         ("4-1", "the range 4-1 is empty"),
         ("1,1", "a seed is listed twice"),
         ("", "expected seeds like 0-4"),
-    ],  # fmt: skip
+    ],
 )
 def test_bad_seeds_are_one_line(text, message):
     with pytest.raises(ConfigError, match=message):
@@ -52,8 +52,11 @@ def test_grid_is_the_product_of_its_axes_and_keeps_bracketed_values_whole():
 def test_an_explicit_point_is_its_pairs_or_the_config_as_written():
     assert parse_point("algo.epochs=7 policy.hidden=[64,64]") == {"algo.epochs": "7", "policy.hidden": "[64,64]"}
     assert parse_point("default") == {}
-    for bad, message in (("", "expected space-separated"), ("epochs", "expected space-separated"),
-                         ("a=1 a=2", "a is given twice")):  # fmt: skip
+    for bad, message in (
+        ("", "expected space-separated"),
+        ("epochs", "expected space-separated"),
+        ("a=1 a=2", "a is given twice"),
+    ):
         with pytest.raises(ConfigError, match=message):
             parse_point(bad)
 
@@ -64,7 +67,7 @@ def test_an_explicit_point_is_its_pairs_or_the_config_as_written():
         (["algo.learning_rate"], "expected key=value1,value2"),
         (["a=1", "a=2"], "a is already an axis"),
         (["a=1,,2"], "an empty value"),
-    ],  # fmt: skip
+    ],
 )
 def test_bad_grid_axes_are_one_line(axes, message):
     with pytest.raises(ConfigError, match=message):
@@ -112,7 +115,10 @@ def test_a_new_tuning_study_starts_from_the_config_as_written_when_the_space_hol
 
     algo = load_config(config).algo
     assert (own["algo.learning_rate"], own["algo.epochs"], own["algo.ratio.clip_low"]) == (
-        algo.learning_rate, algo.epochs, algo.ratio.clip_low)  # fmt: skip
+        algo.learning_rate,
+        algo.epochs,
+        algo.ratio.clip_low,
+    )
     assert config_params(Study(["algo.epochs=30"]), load_space(path)) is None  # outside [3, 10]: nothing enqueued
     assert Dimension("a", "int", 3, 10).contains(4) and not Dimension("a", "int", 3, 10).contains(4.5)
     assert not Dimension("a", "uniform", 0.1, 0.3).contains(True) and Dimension(
@@ -143,13 +149,24 @@ def _fake_sweep(tmp_path: Path) -> Sweep:
             run_dir = sweep.run_root(trial) / "tiny" / "stamp"
             run_dir.mkdir(parents=True)
             final = base + 10.0 * seed
-            rows = ["env_steps,episode_return"] + [f"{step},{base * step / 1000 + rng.normal()}" for step in
-                                                    range(0, 1001, 100)]  # fmt: skip
+            rows = ["env_steps,episode_return"] + [
+                f"{step},{base * step / 1000 + rng.normal()}" for step in range(0, 1001, 100)
+            ]
             (run_dir / "progress.csv").write_text("\n".join(rows) + "\n")
             (run_dir / "eval.json").write_text(json.dumps({"mean_return": final}))
             status = "failed" if (point, seed) == (1, 2) else "finished"
-            sweep.write_status(trial, {"status": status, "point": point, "seed": seed, "run_dir": str(run_dir),
-                                       "eval_return": final, "seconds": 1.0, "error": ""})  # fmt: skip
+            sweep.write_status(
+                trial,
+                {
+                    "status": status,
+                    "point": point,
+                    "seed": seed,
+                    "run_dir": str(run_dir),
+                    "eval_return": final,
+                    "seconds": 1.0,
+                    "error": "",
+                },
+            )
     return sweep
 
 

@@ -42,8 +42,10 @@ def _joint_settings(config: RobotConfig, model: mujoco.MjModel) -> tuple[list[in
     for pattern, hits in matched.items():
         for joint in hits:
             if joint in settings:
-                raise ValueError(f"robot.joints: joint {names[joint]!r} matches {settings[joint]['pattern']!r} "
-                                 f"and {pattern!r}; make the patterns disjoint")  # fmt: skip
+                raise ValueError(
+                    f"robot.joints: joint {names[joint]!r} matches {settings[joint]['pattern']!r} "
+                    f"and {pattern!r}; make the patterns disjoint"
+                )
             settings[joint] = {**config.joints[pattern], "pattern": pattern}
     return sorted(settings), settings
 
@@ -58,8 +60,9 @@ def _default_pose(config: RobotConfig, model: mujoco.MjModel) -> np.ndarray:
         for joint in hits:
             low, high = model.jnt_range[joint]
             if model.jnt_limited[joint] and not low <= value <= high:
-                raise ValueError(f"robot.default_pose: {names[joint]}={value} is outside its range "
-                                 f"[{low:.4g}, {high:.4g}]")  # fmt: skip
+                raise ValueError(
+                    f"robot.default_pose: {names[joint]}={value} is outside its range [{low:.4g}, {high:.4g}]"
+                )
             qpos[model.jnt_qposadr[joint]] = value
     return qpos
 
@@ -105,21 +108,49 @@ def _add_floor(spec: mujoco.MjSpec, model: mujoco.MjModel, config: RobotConfig) 
             return name
     if config.floor.type == "none":
         return ""
-    spec.add_texture(name="robopt_grid", type=mujoco.mjtTexture.mjTEXTURE_2D,
-                     builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, rgb1=[0.38, 0.42, 0.47], rgb2=[0.52, 0.56, 0.6],
-                     width=256, height=256, mark=mujoco.mjtMark.mjMARK_EDGE, markrgb=[0.7, 0.7, 0.7])  # fmt: skip
+    spec.add_texture(
+        name="robopt_grid",
+        type=mujoco.mjtTexture.mjTEXTURE_2D,
+        builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER,
+        rgb1=[0.38, 0.42, 0.47],
+        rgb2=[0.52, 0.56, 0.6],
+        width=256,
+        height=256,
+        mark=mujoco.mjtMark.mjMARK_EDGE,
+        markrgb=[0.7, 0.7, 0.7],
+    )
     material = spec.add_material(name="robopt_grid", texrepeat=[1, 1], texuniform=True, reflectance=0.05)
     material.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = "robopt_grid"  # 0.5 m squares, however far it walks
-    spec.add_texture(name="robopt_sky", type=mujoco.mjtTexture.mjTEXTURE_SKYBOX,
-                     builtin=mujoco.mjtBuiltin.mjBUILTIN_GRADIENT, rgb1=[0.55, 0.7, 0.85], rgb2=[0.1, 0.12, 0.15],
-                     width=256, height=256)  # fmt: skip
+    spec.add_texture(
+        name="robopt_sky",
+        type=mujoco.mjtTexture.mjTEXTURE_SKYBOX,
+        builtin=mujoco.mjtBuiltin.mjBUILTIN_GRADIENT,
+        rgb1=[0.55, 0.7, 0.85],
+        rgb2=[0.1, 0.12, 0.15],
+        width=256,
+        height=256,
+    )
     spec.visual.headlight.ambient = [0.35, 0.35, 0.35]
     spec.visual.headlight.diffuse = [0.55, 0.55, 0.55]
     friction = [config.floor.friction, 0.005, 0.0001]
-    spec.worldbody.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], friction=friction,
-                            material="robopt_grid", contype=1, conaffinity=1, condim=3)  # fmt: skip
-    spec.worldbody.add_light(name="robopt_light", pos=[0, 0, 4], dir=[0, 0, -1], diffuse=[0.6, 0.6, 0.6],
-                             castshadow=False, mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM)  # fmt: skip
+    spec.worldbody.add_geom(
+        name="floor",
+        type=mujoco.mjtGeom.mjGEOM_PLANE,
+        size=[0, 0, 0.05],
+        friction=friction,
+        material="robopt_grid",
+        contype=1,
+        conaffinity=1,
+        condim=3,
+    )
+    spec.worldbody.add_light(
+        name="robopt_light",
+        pos=[0, 0, 4],
+        dir=[0, 0, -1],
+        diffuse=[0.6, 0.6, 0.6],
+        castshadow=False,
+        mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
+    )
     return "floor"
 
 
@@ -168,12 +199,19 @@ def _native_actuators(model: mujoco.MjModel) -> tuple[list[int], dict]:
     joints = []
     for actuator in range(model.nu):
         if int(model.actuator_trntype[actuator]) != int(mujoco.mjtTrn.mjTRN_JOINT):
-            raise ValueError("robot.actuators=auto keeps the description's actuators, but actuator "
-                             f"{actuator} does not drive a joint; use actuators: replace")  # fmt: skip
+            raise ValueError(
+                "robot.actuators=auto keeps the description's actuators, but actuator "
+                f"{actuator} does not drive a joint; use actuators: replace"
+            )
         joints.append(int(model.actuator_trnid[actuator, 0]))
     size = len(joints)
-    return joints, {"scale": [1.0] * size, "offset": [0.0] * size, "kp": [0.0] * size, "kd": [0.0] * size,
-                    "effort": [0.0] * size}  # fmt: skip
+    return joints, {
+        "scale": [1.0] * size,
+        "offset": [0.0] * size,
+        "kp": [0.0] * size,
+        "kd": [0.0] * size,
+        "effort": [0.0] * size,
+    }
 
 
 def _camera(spec, model, base: int, floating: bool) -> None:
@@ -207,8 +245,10 @@ def build_robot(config: RobotConfig, contact_groups: dict | None = None) -> Robo
     qpos0 = _default_pose(config, model)
     if config.actuators == "auto" and model.nu > 0:
         if config.joints:
-            raise ValueError("robot.joints sets gains, but the description has its own actuators (kept with "
-                             "actuators: auto); use actuators: replace to drive the joints with robopt's")  # fmt: skip
+            raise ValueError(
+                "robot.joints sets gains, but the description has its own actuators (kept with "
+                "actuators: auto); use actuators: replace to drive the joints with robopt's"
+            )
         joints, table = _native_actuators(model)
         action_type = "native"
     else:
@@ -231,8 +271,21 @@ def build_robot(config: RobotConfig, contact_groups: dict | None = None) -> Robo
             body.gravcomp = 1.0
     _camera(spec, model, base, free_joint >= 0)
     compiled = compile_spec(spec, path)
-    return _tables(config, compiled, model, path, joints, table, action_type, base, free_joint, qpos0,
-                   foot_names, foot_radius, sensors.slices(compiled))  # fmt: skip
+    return _tables(
+        config,
+        compiled,
+        model,
+        path,
+        joints,
+        table,
+        action_type,
+        base,
+        free_joint,
+        qpos0,
+        foot_names,
+        foot_radius,
+        sensors.slices(compiled),
+    )
 
 
 def _tables(
@@ -267,18 +320,33 @@ def _tables(
     mujoco.mj_kinematics(compiled, data)
     as_tensor = lambda values: torch.tensor(values, dtype=torch.float64)  # noqa: E731
     return RobotModel(
-        model=compiled, name=path.stem, joint_names=joint_names, qpos_index=qpos_index,
+        model=compiled,
+        name=path.stem,
+        joint_names=joint_names,
+        qpos_index=qpos_index,
         dof_index=torch.tensor(compiled.jnt_dofadr[ids], dtype=torch.long),
-        actuator_index=torch.tensor([actuator_of[j] for j in ids], dtype=torch.long), joint_range=joint_range,
-        default_pose=init[qpos_index].clone(), action_type=action_type, action_scale=as_tensor(table["scale"]),
-        action_offset=as_tensor(table["offset"]), kp=as_tensor(table["kp"]), kd=as_tensor(table["kd"]),
-        effort=as_tensor(table["effort"]), control_dt=config.sim.timestep * config.sim.decimation,
-        decimation=config.sim.decimation, free_qpos=free_qpos,
-        free_dof=int(compiled.jnt_dofadr[free_joint]) if free_joint >= 0 else -1, base_body=base,
-        base_world_pos=torch.tensor(data.xpos[base].copy()), base_world_quat=torch.tensor(data.xquat[base].copy()),
-        foot_names=tuple(foot_names), foot_radius=as_tensor(foot_radius), end_effector=config.end_effector,
-        sensors=sensors, init_qpos=init,
-    )  # fmt: skip
+        actuator_index=torch.tensor([actuator_of[j] for j in ids], dtype=torch.long),
+        joint_range=joint_range,
+        default_pose=init[qpos_index].clone(),
+        action_type=action_type,
+        action_scale=as_tensor(table["scale"]),
+        action_offset=as_tensor(table["offset"]),
+        kp=as_tensor(table["kp"]),
+        kd=as_tensor(table["kd"]),
+        effort=as_tensor(table["effort"]),
+        control_dt=config.sim.timestep * config.sim.decimation,
+        decimation=config.sim.decimation,
+        free_qpos=free_qpos,
+        free_dof=int(compiled.jnt_dofadr[free_joint]) if free_joint >= 0 else -1,
+        base_body=base,
+        base_world_pos=torch.tensor(data.xpos[base].copy()),
+        base_world_quat=torch.tensor(data.xquat[base].copy()),
+        foot_names=tuple(foot_names),
+        foot_radius=as_tensor(foot_radius),
+        end_effector=config.end_effector,
+        sensors=sensors,
+        init_qpos=init,
+    )
 
 
 def _standing_height(model: mujoco.MjModel, qpos: torch.Tensor, free_qpos: int, foot_names) -> float:

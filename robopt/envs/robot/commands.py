@@ -69,8 +69,9 @@ class Command(ABC):
         allowed = (*COMMON_KEYS, *self.keys, *self.extra_keys())
         unknown = [key for key in config if key not in allowed]
         if unknown:
-            raise ValueError(f"{section}.{unknown[0]}: unknown key of a {self.kind} command; allowed: "
-                             f"{', '.join(allowed)}")  # fmt: skip
+            raise ValueError(
+                f"{section}.{unknown[0]}: unknown key of a {self.kind} command; allowed: {', '.join(allowed)}"
+            )
         self.ranges = {key: _range(f"{section}.{key}", config.get(key, self.defaults[key])) for key in self.keys}
         self.resample_s = _range(f"{section}.resample_s", config.get("resample_s", [10.0, 10.0]))
         if self.resample_s[0] <= 0:
@@ -105,8 +106,13 @@ class Command(ABC):
 
     def describe(self) -> dict:
         """What the policy was trained on, for the export sidecar."""
-        return {"type": self.kind, "names": list(self.names), "ranges": {k: list(v) for k, v in self.ranges.items()},
-                "resample_s": list(self.resample_s), "deploy": self.deploy}  # fmt: skip
+        return {
+            "type": self.kind,
+            "names": list(self.names),
+            "ranges": {k: list(v) for k, v in self.ranges.items()},
+            "resample_s": list(self.resample_s),
+            "deploy": self.deploy,
+        }
 
     # -- bound to an env --------------------------------------------------------------------------------------------
     def bind(self, num_envs: int, device: torch.device, dtype: torch.dtype, control_dt: float) -> torch.Tensor:
@@ -120,8 +126,9 @@ class Command(ABC):
         """New commands and their next draw's time for rows [M] (draws on the generator's device)."""
         self.value[rows] = self.sample(rows.numel(), generator).to(self.value.device, self.value.dtype)
         low, high = self.resample_s
-        seconds = low + (high - low) * torch.rand(rows.numel(), generator=generator, device=generator.device,
-                                                  dtype=torch.float64)  # fmt: skip
+        seconds = low + (high - low) * torch.rand(
+            rows.numel(), generator=generator, device=generator.device, dtype=torch.float64
+        )
         steps = torch.clamp(torch.round(seconds / self.control_dt), min=1).long()
         self.timer[rows] = steps.to(self.timer.device)
 
@@ -133,8 +140,11 @@ class Command(ABC):
             self.reset(rows, generator)
 
     def state_dict(self) -> dict:
-        return {"value": self.value.detach().cpu().clone(), "timer": self.timer.detach().cpu().clone(),
-                "ranges": dict(self.ranges)}  # fmt: skip
+        return {
+            "value": self.value.detach().cpu().clone(),
+            "timer": self.timer.detach().cpu().clone(),
+            "ranges": dict(self.ranges),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.value.copy_(state["value"])
@@ -206,11 +216,14 @@ def parse_command(config, section: str = "task.commands") -> Command | None:
     if "hook" in config:
         cls = import_hook(section, config["hook"])
         if not (inspect.isclass(cls) and issubclass(cls, Command)):
-            raise ValueError(f"{section}.hook={config['hook']!r} is not a subclass of "
-                             "robopt.envs.robot.commands.Command")  # fmt: skip
+            raise ValueError(
+                f"{section}.hook={config['hook']!r} is not a subclass of robopt.envs.robot.commands.Command"
+            )
         return cls(config, section)
     kind = config.get("type")
     if kind not in COMMANDS:
-        raise ValueError(f"{section}.type: {kind!r} is not a command type; allowed: {', '.join(COMMANDS)} "
-                         "(or hook: package.module:Class)")  # fmt: skip
+        raise ValueError(
+            f"{section}.type: {kind!r} is not a command type; allowed: {', '.join(COMMANDS)} "
+            "(or hook: package.module:Class)"
+        )
     return COMMANDS[kind](config, section)

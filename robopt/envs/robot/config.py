@@ -42,16 +42,19 @@ class SimConfig:
                 f"sim.decimation must be an integer >= 1 (physics steps per action), got {self.decimation}"
             )
         if self.iterations < 1 or self.ls_iterations < 1:
-            raise ValueError(f"sim.iterations and sim.ls_iterations must be >= 1, got {self.iterations}, "
-                             f"{self.ls_iterations}")  # fmt: skip
+            raise ValueError(
+                f"sim.iterations and sim.ls_iterations must be >= 1, got {self.iterations}, {self.ls_iterations}"
+            )
 
 
 @dataclass(frozen=True)
 class FloorConfig:
     type: str = option(
-        "plane", "ground added to the model: an infinite flat 'plane' at z = 0, or 'none' (the description's own "
-        "ground, or a fixed-base arm)", ("plane", "none"),
-    )  # fmt: skip
+        "plane",
+        "ground added to the model: an infinite flat 'plane' at z = 0, or 'none' (the description's own "
+        "ground, or a fixed-base arm)",
+        ("plane", "none"),
+    )
     friction: float = option(
         1.0, "the floor's sliding friction (MuJoCo takes the larger of the two geoms')", check=NON_NEGATIVE
     )
@@ -60,26 +63,31 @@ class FloorConfig:
 @dataclass(frozen=True)
 class RobotConfig:
     mjcf: str = option(
-        "", "the robot's MJCF (or URDF) file: a path, 'robopt:<name>' for a shipped robot (robopt:quadruped, "
+        "",
+        "the robot's MJCF (or URDF) file: a path, 'robopt:<name>' for a shipped robot (robopt:quadruped, "
         "robopt:arm), or 'menagerie:<dir>/<file>' from MuJoCo Menagerie (MENAGERIE_ROOT or the mujoco-menagerie "
         "package)",
-    )  # fmt: skip
+    )
     joints: dict = option(
-        {}, "actuated joints: regular expression (full match) -> {kp, kd, effort, armature, damping, frictionloss, "
+        {},
+        "actuated joints: regular expression (full match) -> {kp, kd, effort, armature, damping, frictionloss, "
         "scale}; the action follows the model's joint order",
-    )  # fmt: skip
+    )
     default_pose: dict = option({}, "joint regular expression -> default position (rad); others keep the model's")
     action: str = option(
-        "joint_position", "joint_position: PD targets default + scale * action; joint_effort: torques scale * action",
+        "joint_position",
+        "joint_position: PD targets default + scale * action; joint_effort: torques scale * action",
         ("joint_position", "joint_effort"),
-    )  # fmt: skip
+    )
     action_scale: float = option(
         0.25, "the action's scale (rad, or N m for joint_effort); a joint's `scale` wins", check=POSITIVE
     )
     actuators: str = option(
-        "auto", "auto: keep a description's own actuators, add robopt's PD (or torque) actuators when it has none; "
-        "replace: drop the description's and add robopt's", ("auto", "replace"),
-    )  # fmt: skip
+        "auto",
+        "auto: keep a description's own actuators, add robopt's PD (or torque) actuators when it has none; "
+        "replace: drop the description's and add robopt's",
+        ("auto", "replace"),
+    )
     base: str = option("", "the base body ('' = the world's first child body)")
     base_height: float = option(
         0.0, "a floating base's height at reset (m); 0 puts the feet on the floor", check=NON_NEGATIVE
@@ -113,21 +121,24 @@ class RobotConfig:
 class TaskConfig:
     episode_s: float = option(20.0, "episode length (s): truncated (and bootstrapped) after it", check=POSITIVE)
     commands: dict = option(
-        {}, "command generator: {type: velocity, lin_vel_x: [lo, hi], lin_vel_y, ang_vel_z, resample_s: [lo, hi], "
+        {},
+        "command generator: {type: velocity, lin_vel_x: [lo, hi], lin_vel_y, ang_vel_z, resample_s: [lo, hi], "
         "standing: share} or {type: pose, x, y, z, roll, pitch, yaw, resample_s}",
-    )  # fmt: skip
+    )
     observations: dict = option({}, "policy observation terms in order: name -> {scale, noise, bias, clip, params}")
     critic: dict = option({}, "privileged observation terms only the critic sees (with critic.privileged: true)")
     rewards: dict = option({}, "reward terms: name -> {weight, params}; reward = sum(weight * term) * control period")
     rewards_per_second: bool = option(
-        True, "weights are per second: the weighted sum is multiplied by the control period (Isaac Lab's and "
-        "mjlab's convention); false: per step (an off-policy learner's critics prefer rewards near 1 per step)"
-    )  # fmt: skip
+        True,
+        "weights are per second: the weighted sum is multiplied by the control period (Isaac Lab's and "
+        "mjlab's convention); false: per step (an off-policy learner's critics prefer rewards near 1 per step)",
+    )
     terminations: dict = option({}, "termination terms: name -> {params}; the time limit truncates instead")
     reset: dict = option(
-        {}, "reset spread: joint_pos [lo, hi] (rad, added), base_yaw (rad, +-), base_xy (m, +-), base_velocity "
+        {},
+        "reset spread: joint_pos [lo, hi] (rad, added), base_yaw (rad, +-), base_xy (m, +-), base_velocity "
         "(m/s and rad/s, +-)",
-    )  # fmt: skip
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.episode_s, float) or not 0 < self.episode_s < math.inf:

@@ -24,11 +24,18 @@ def observation_terms(task: TermTask) -> list[dict]:
     terms, start = [], 0
     for term, width in zip(task.observation_terms, task.term_widths, strict=True):
         deploy = term.info.deploy
-        terms.append({
-            "name": term.name, "size": width, "scale": task.frame_scale[start : start + width].tolist(),
-            "noise": term.noise, "bias": term.bias, "clip": None if math.isinf(term.clip) else term.clip,
-            "elements": term.info.element_names(task, width), "deploy": deploy.to_json() if deploy else None,
-        })  # fmt: skip
+        terms.append(
+            {
+                "name": term.name,
+                "size": width,
+                "scale": task.frame_scale[start : start + width].tolist(),
+                "noise": term.noise,
+                "bias": term.bias,
+                "clip": None if math.isinf(term.clip) else term.clip,
+                "elements": term.info.element_names(task, width),
+                "deploy": deploy.to_json() if deploy else None,
+            }
+        )
         start += width
     return terms
 

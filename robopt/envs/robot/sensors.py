@@ -29,8 +29,9 @@ class Sensors:
 
     def add(self, group: str, kind: str, objtype: mujoco.mjtObj, objname: str, intprm=None, **ref) -> None:
         name = f"robopt_{group}_{len(self.groups.get(group, []))}".replace(":", "_").replace("|", "_")
-        sensor = self.spec.add_sensor(name=name, type=getattr(mujoco.mjtSensor, kind), objtype=objtype,
-                                      objname=objname, **ref)  # fmt: skip
+        sensor = self.spec.add_sensor(
+            name=name, type=getattr(mujoco.mjtSensor, kind), objtype=objtype, objname=objname, **ref
+        )
         if intprm is not None:
             sensor.intprm = list(intprm) + [0] * (len(sensor.intprm) - len(intprm))
         self.groups.setdefault(group, []).append(name)
@@ -104,8 +105,14 @@ def add_feet(spec, model, config: RobotConfig, floor: str, sensors: Sensors) -> 
         sensors.add("feet_vel", "mjSENS_FRAMELINVEL", mujoco.mjtObj.mjOBJ_SITE, site)
     ref = {"reftype": mujoco.mjtObj.mjOBJ_GEOM, "refname": floor} if floor else {}
     for name, objtype in zip(names, kinds, strict=True):
-        sensors.add("feet_contact", "mjSENS_CONTACT", objtype, name,
-                    (_CONTACT_FOUND | _CONTACT_FORCE, _REDUCE_NETFORCE, 1), **ref)  # fmt: skip
+        sensors.add(
+            "feet_contact",
+            "mjSENS_CONTACT",
+            objtype,
+            name,
+            (_CONTACT_FOUND | _CONTACT_FORCE, _REDUCE_NETFORCE, 1),
+            **ref,
+        )
     return names, radii
 
 
@@ -122,8 +129,9 @@ def add_contact_groups(spec, model, groups, feet: list[str], sensors: Sensors) -
             if model.geom_bodyid[geom] not in matched or not colliding or (geoms[geom] and geoms[geom] in feet):
                 continue
             name = geoms[geom] or _name_geom(spec, model, geom)
-            sensors.add(contact_key(tuple(group)), "mjSENS_CONTACT", mujoco.mjtObj.mjOBJ_GEOM, name,
-                        (_CONTACT_FOUND, 0, 1))  # fmt: skip
+            sensors.add(
+                contact_key(tuple(group)), "mjSENS_CONTACT", mujoco.mjtObj.mjOBJ_GEOM, name, (_CONTACT_FOUND, 0, 1)
+            )
         if contact_key(tuple(group)) not in sensors.groups:
             raise ValueError(f"{key}: bodies {list(group)} have no colliding geoms besides the feet")
 
@@ -145,7 +153,8 @@ def add_end_effector(spec, model, config: RobotConfig, sensors: Sensors) -> None
     elif name in bodies[1:]:
         site = site_on(spec, model, bodies.index(name), "robopt_end_effector")
     else:
-        raise ValueError(f"robot.end_effector={name!r}: no such site or body; sites: "
-                         f"{', '.join(s for s in sites if s) or '(none)'}")  # fmt: skip
+        raise ValueError(
+            f"robot.end_effector={name!r}: no such site or body; sites: {', '.join(s for s in sites if s) or '(none)'}"
+        )
     sensors.add("ee_pos", "mjSENS_FRAMEPOS", mujoco.mjtObj.mjOBJ_SITE, site)
     sensors.add("ee_quat", "mjSENS_FRAMEQUAT", mujoco.mjtObj.mjOBJ_SITE, site)

@@ -16,6 +16,7 @@ it from ``policy.history`` (``robopt.envs.history``), the one window layout the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -24,6 +25,7 @@ from robopt.envs.robot.config import TaskConfig, parse_task_terms
 from robopt.envs.robot.model import RobotModel
 from robopt.envs.robot.signals import Context, Signals, quat_multiply, yaw_quat
 from robopt.envs.robot.terms import Term
+from robopt.envs.tasks.base import uniform as draw_uniform
 
 FIELDS = ("qpos", "qvel", "sensordata", "actuator_force")
 
@@ -33,8 +35,9 @@ class TermTask:
 
     gymnasium_id = None
 
-    def __init__(self, robot: RobotModel, config: TaskConfig, num_envs: int, device: torch.device,
-                 dtype: torch.dtype) -> None:  # fmt: skip
+    def __init__(
+        self, robot: RobotModel, config: TaskConfig, num_envs: int, device: torch.device, dtype: torch.dtype
+    ) -> None:
         self.sections = parse_task_terms(config)
         self.robot, self.config, self.num_envs = robot, config, num_envs
         self.device, self.dtype = torch.device(device), dtype
@@ -95,18 +98,24 @@ class TermTask:
             command = zeros(n, 0)
         self.context = Context(command, zeros(n, a), zeros(n, a))
         signals = Signals(state, self.robot, self.context)
-        self._bound = {section: [(entry, _instance(entry, signals, section)) for entry in terms]
-                       for section, terms in self.sections.items()}  # fmt: skip
+        self._bound = {
+            section: [(entry, _instance(entry, signals, section)) for entry in terms]
+            for section, terms in self.sections.items()
+        }
         self._stateful = [fn for bound in self._bound.values() for entry, fn in bound if entry.info.stateful]
         parts = self._run_checked("observations", signals)
         self.obs_width = sum(part.shape[1] for part in parts)
         self.term_widths = [part.shape[1] for part in parts]
         # per-element scale, noise, bias amplitude and clip of the observation [D]
         self._scale, self._noise, self._bias, self._clip = (
-            torch.cat([_expand(getattr(term, name), part.shape[1], term) for term, part in
-                       zip(self.observation_terms, parts, strict=True)]).to(self.device, self.dtype)
+            torch.cat(
+                [
+                    _expand(getattr(term, name), part.shape[1], term)
+                    for term, part in zip(self.observation_terms, parts, strict=True)
+                ]
+            ).to(self.device, self.dtype)
             for name in ("scale", "noise", "bias", "clip")
-        )  # fmt: skip
+        )
         self._noisy, self._biased = bool((self._noise > 0).any()), bool((self._bias > 0).any())
         self.frame_scale = self._scale.cpu().to(torch.float64)  # [D], for the export sidecar
         self.bias = zeros(n, self.obs_width)  # [N, D] per-episode observation offsets
@@ -117,16 +126,20 @@ class TermTask:
             for entry, fn in self._bound[section]:
                 value = _call(entry, fn, signals, section)
                 if tuple(value.shape) != (n,):
-                    raise ValueError(f"task.{section}.{entry.name} ({entry.source}) returned shape "
-                                     f"{list(value.shape)}; a {entry.kind} term returns [N] = [{n}]")  # fmt: skip
+                    raise ValueError(
+                        f"task.{section}.{entry.name} ({entry.source}) returned shape "
+                        f"{list(value.shape)}; a {entry.kind} term returns [N] = [{n}]"
+                    )
 
     def _run_checked(self, section: str, signals: Signals) -> list[torch.Tensor]:
         parts = []
         for entry, fn in self._bound[section]:
             value = _call(entry, fn, signals, section)
             if value.dim() != 2 or value.shape[0] != self.num_envs:
-                raise ValueError(f"task.{section}.{entry.name} ({entry.source}) returned shape {list(value.shape)}; "
-                                 f"an observation term returns [N, d] with N = {self.num_envs}")  # fmt: skip
+                raise ValueError(
+                    f"task.{section}.{entry.name} ({entry.source}) returned shape {list(value.shape)}; "
+                    f"an observation term returns [N, d] with N = {self.num_envs}"
+                )
             parts.append(value)
         return parts
 
@@ -175,8 +188,7 @@ class TermTask:
         robot, spread = self.robot, self.config.reset
         qpos = robot.init_qpos.expand(num, -1).clone()
         qvel = torch.zeros(num, robot.model.nv, dtype=torch.float64)
-        uniform = lambda low, high, *shape: low + (high - low) * torch.rand(*shape, generator=generator,  # noqa: E731
-                                                                             dtype=torch.float64)  # fmt: skip
+        uniform = partial(draw_uniform, generator)  # U(low, high) [*shape] float64 on the CPU
         if "joint_pos" in spread:
             low, high = spread["joint_pos"]
             index = robot.qpos_index.cpu()
@@ -249,8 +261,12 @@ class TermTask:
     def state_dict(self) -> dict:
         """Everything a step depends on besides the simulator: an exact resume."""
         context = self.context
-        terms = {f"{section}.{entry.name}": _tensors(fn) for section, bound in self._bound.items()
-                 for entry, fn in bound if entry.info.stateful}  # fmt: skip
+        terms = {
+            f"{section}.{entry.name}": _tensors(fn)
+            for section, bound in self._bound.items()
+            for entry, fn in bound
+            if entry.info.stateful
+        }
         return {
             "context": {
                 "action": context.action.cpu().clone(),
@@ -265,8 +281,10 @@ class TermTask:
 
     def load_state_dict(self, state: dict) -> None:
         if "terms" not in state:
-            raise ValueError("this checkpoint's robot task state predates declared terms (robopt before the term "
-                             "declarations); start the run anew rather than resuming it")  # fmt: skip
+            raise ValueError(
+                "this checkpoint's robot task state predates declared terms (robopt before the term "
+                "declarations); start the run anew rather than resuming it"
+            )
         context = self.context
         context.action.copy_(state["context"]["action"])
         context.previous_action.copy_(state["context"]["previous_action"])
@@ -290,8 +308,10 @@ def _instance(entry: Term, signals: Signals, section: str) -> Callable:
     try:
         return entry.fn(signals)
     except Exception as error:  # noqa: BLE001  (a user's stateful hook: one line)
-        raise ValueError(f"task.{section}.{entry.name} ({entry.source}) failed to start on the first state: "
-                         f"{type(error).__name__}: {error}") from None  # fmt: skip
+        raise ValueError(
+            f"task.{section}.{entry.name} ({entry.source}) failed to start on the first state: "
+            f"{type(error).__name__}: {error}"
+        ) from None
 
 
 def _tensors(obj) -> dict[str, torch.Tensor]:
@@ -304,8 +324,9 @@ def _call(term: Term, fn: Callable, signals: Signals, section: str) -> torch.Ten
     try:
         value = fn(signals, **term.params)
     except Exception as error:  # noqa: BLE001  (a user's hook or a bad parameter value: one line)
-        raise ValueError(f"task.{section}.{term.name} ({term.source}) failed on the first state: "
-                         f"{type(error).__name__}: {error}") from None  # fmt: skip
+        raise ValueError(
+            f"task.{section}.{term.name} ({term.source}) failed on the first state: {type(error).__name__}: {error}"
+        ) from None
     if not isinstance(value, torch.Tensor):
         raise ValueError(f"task.{section}.{term.name} ({term.source}) returned {type(value).__name__}, not a tensor")
     return value

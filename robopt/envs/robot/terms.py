@@ -64,8 +64,11 @@ END_EFFECTOR = Need("end_effector", "robot.end_effector", lambda task: bool(task
 
 def command(kind: str) -> Need:
     """A command whose kind provides ``kind`` (``robopt.envs.robot.commands``: velocity, pose...)."""
-    return Need(f"{kind} command", f"task.commands.type: {kind}",
-                lambda task: task.command is not None and kind in task.command.provides)  # fmt: skip
+    return Need(
+        f"{kind} command",
+        f"task.commands.type: {kind}",
+        lambda task: task.command is not None and kind in task.command.provides,
+    )
 
 
 def contacts(param: str) -> Need:
