@@ -2,7 +2,7 @@
 
 The ratio control (clip, clip-higher, dual clip, adaptive KL penalty, SPO, sigmoid gate) is data:
 ``algo.ratio.name=...`` picks it from ``robopt.core.surrogates``. Extra policy-loss terms of a variant (a language
-policy's reference-KL penalty and token metrics, ``robopt.llm.objective``) come in as ``loss_terms`` when PPO is
+policy's reference-KL penalty and token metrics, ``robopt.llm.variant``) come in as ``loss_terms`` when PPO is
 built; a plain run has none.
 
 Shapes: B minibatch, K the policy's inner log-ratio axis, D obs dim.

@@ -15,10 +15,10 @@ from robopt.buffers.rollout import RolloutBatch
 from robopt.core.ratio_control import RatioControl
 from robopt.llm.env import PromptEnv
 from robopt.llm.group_sampling import GroupConfig, GroupSampling
-from robopt.llm.objective import token_terms
 from robopt.llm.policy import NoNormalizer
 from robopt.llm.rewards import Verifier, exact_match
 from robopt.llm.tokens import PAD, ByteTokenizer
+from robopt.llm.variant import token_terms
 from robopt.policies import ValueCritic
 
 D, T = 3, 4

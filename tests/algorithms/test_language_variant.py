@@ -15,7 +15,7 @@ from robopt.config import ConfigError
 from robopt.experiment import load_config
 from robopt.llm.env import PromptEnv
 from robopt.llm.group_sampling import GroupSampling, TaskCounters
-from robopt.llm.objective import token_terms
+from robopt.llm.variant import token_terms
 
 SMALL = ["env.num_envs=16", "algo.minibatch_size=16", "log.eval_episodes=0"]
 
