@@ -26,6 +26,14 @@ CONFIDENCE = 0.95
 NAME_WIDTH = 40  # a config label longer than this is shown as p<point> with a legend
 ALL_PAIRS = 4  # up to this many configs every pair is compared; beyond, each against the first
 RESAMPLES = 5000
+# scipy.stats.bootstrap: percentile intervals, seeded, vectorized statistics
+BOOTSTRAP = {
+    "confidence_level": CONFIDENCE,
+    "n_resamples": RESAMPLES,
+    "method": "percentile",
+    "random_state": 0,
+    "vectorized": True,
+}
 
 
 def _scipy_stats():
@@ -90,15 +98,7 @@ def interval(values: np.ndarray, statistic=iqm) -> tuple[float, float]:
     if values.size < 2 or np.all(values == values[0]):
         value = float(statistic(values)) if values.size else float("nan")
         return (value, value) if values.size >= 2 else (float("nan"), float("nan"))
-    result = _scipy_stats().bootstrap(
-        (values,),
-        statistic,
-        confidence_level=CONFIDENCE,
-        n_resamples=RESAMPLES,
-        method="percentile",
-        random_state=0,
-        vectorized=True,
-    )
+    result = _scipy_stats().bootstrap((values,), statistic, **BOOTSTRAP)
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
@@ -113,16 +113,7 @@ def probability_of_improvement(first: np.ndarray, second: np.ndarray) -> tuple[f
     value = float(statistic(first, second))
     if first.size < 2 or second.size < 2:
         return value, float("nan"), float("nan")
-    result = _scipy_stats().bootstrap(
-        (first, second),
-        statistic,
-        confidence_level=CONFIDENCE,
-        n_resamples=RESAMPLES,
-        method="percentile",
-        random_state=0,
-        vectorized=True,
-        paired=False,
-    )
+    result = _scipy_stats().bootstrap((first, second), statistic, paired=False, **BOOTSTRAP)
     return value, float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
