@@ -9,6 +9,7 @@ so load from other processes hits both alike. Printed: median and 99th percentil
 ratio.
 
     .venv/bin/python benchmarks/recurrent_latency.py --state-hidden 128 --repeats 20000
+    .venv/bin/python benchmarks/recurrent_latency.py --smoke    # CI: 10 calls each after 1 warm-up
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from flow_latency import time_runners  # benchmarks/ is the script's directory, so its sibling imports
+from smoke import parse_smoke_args
 
 from robopt.policies.gaussian import GaussianPolicyConfig
 from robopt.policies.memory import RecurrentConfig
@@ -48,7 +50,7 @@ def main() -> None:
     parser.add_argument("--cell", choices=["gru", "lstm"], default="gru")
     parser.add_argument("--repeats", type=int, default=20000)
     parser.add_argument("--warmup", type=int, default=500)
-    args = parser.parse_args()
+    args = parse_smoke_args(parser, smoke={"repeats": 10, "warmup": 1})
     torch.manual_seed(0)
     torch.set_num_threads(1)
     config = replace(GaussianPolicyConfig(hidden=tuple(args.hidden), activation="relu"),

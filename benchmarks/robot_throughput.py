@@ -3,6 +3,7 @@ model in the same run, and where an env step's time goes.
 
     python benchmarks/robot_throughput.py [--envs 64 256 1024] [--threads 1 2] [--steps 200]
     python benchmarks/robot_throughput.py --backend mujoco_warp --device cuda --envs 4096 [--graph]
+    python benchmarks/robot_throughput.py --smoke    # CI: 4 envs, 1 thread, 5 steps
 
 On ``mujoco_warp`` (a GPU) it prints the env's steps per second alone (physics and terms on the device; the raw
 MuJoCo C comparison is a CPU figure), synchronizing the device at both ends of the clock.
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 import yaml
 from mujoco import rollout
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 from robopt.envs import make_env
 
@@ -128,7 +130,7 @@ def main() -> None:
     parser.add_argument("--backend", default="mujoco", choices=("mujoco", "mujoco_warp"))
     parser.add_argument("--device", default="cpu", help="mujoco_warp: cuda, or cpu (warp's CPU device, slow)")
     parser.add_argument("--graph", action="store_true", help="mujoco_warp: replay each step from a CUDA graph")
-    args = parser.parse_args()
+    args = parse_smoke_args(parser, smoke={"envs": [4], "threads": [1], "steps": 5})
     if args.backend == "mujoco_warp":
         for num_envs in args.envs:
             rate = warp_rate(num_envs, args.steps, args.device, args.graph)

@@ -23,6 +23,7 @@ each; contestants run one after another, so run nothing else meanwhile.
     .venv/bin/python benchmarks/time_to_return.py --seeds 0 1 2 --contestants sac td3 sb3-sac --levels 3000 5000 8000
     .venv/bin/python benchmarks/time_to_return.py --env Hopper-v5 --contestants sac sb3-sac --levels 1000 2500 3000
     .venv/bin/python benchmarks/time_to_return.py --seeds 0 --contestants ppo --final-steps 1000000
+    .venv/bin/python benchmarks/time_to_return.py --smoke    # CI: one training chunk and 1 episode per contestant
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ROBOPT_CONFIGS = {"ppo": "ppo_halfcheetah_fast.yaml", "sac": "sac_halfcheetah_fast.yaml",
@@ -183,7 +185,8 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=1_000_000)
     parser.add_argument("--final-steps", type=int, default=0, help="also train robopt's contestants this long")
     parser.add_argument("--override", nargs="*", default=[], help="key=value overrides of robopt's configs")
-    args = parser.parse_args()
+    smoke = {"seeds": [0], "eval_every": 1, "episodes": 1, "max_steps": 1, "final_steps": 1}
+    args = parse_smoke_args(parser, smoke=smoke)
     args.levels = sorted(args.levels)
     torch.set_num_threads(1)
     outcomes: dict[str, list[Outcome]] = {name: [] for name in args.contestants}
