@@ -23,7 +23,8 @@ loss_M), and one line "FPO cost = ..." names what dominates the extra time. Torc
 simulator steps on its own threads (``env.kwargs.num_threads``, default 2).
 
     .venv/bin/python benchmarks/fpo_cost.py --steps 1 5 10 --draws 1 4 8 --repeats 100 --threads 1
-    .venv/bin/python benchmarks/fpo_cost.py --repeats 5 --iterations 1    # smoke run
+    .venv/bin/python benchmarks/fpo_cost.py --repeats 5 --iterations 1    # a short run at the configs' sizes
+    .venv/bin/python benchmarks/fpo_cost.py --smoke    # CI: K 1 and M 1 beside the config's, 8 envs x 8 steps
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 from robopt.algorithms import ALGORITHMS
 from robopt.algorithms.onpolicy import OnPolicyLoop
@@ -309,19 +311,23 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10, help="untimed calls per component first")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--iterations", type=int, default=3, help="timed loop.iteration() calls per config")
-    args = parser.parse_args()
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides of both configs")
+    tiny = ["env.num_envs=8", "rollout.num_steps=8", "algo.minibatch_size=32", "policy.hidden=[32,32]",
+            "critic.hidden=[32,32]"]  # fmt: skip
+    smoke = {"steps": [1], "draws": [1], "repeats": 2, "warmup": 1, "iterations": 1, "set": tiny}
+    args = parse_smoke_args(parser, smoke=smoke)
     if min(args.steps) < 1 or min(args.draws) < 1:
         parser.error("--steps and --draws must be >= 1")
     if args.repeats < 1 or args.warmup < 0 or args.threads < 1 or args.iterations < 1:
         parser.error("--repeats, --threads and --iterations must be >= 1, --warmup >= 0")
     torch.set_num_threads(args.threads)
 
-    fpo_config = load_config(FPO_CONFIG)
+    fpo_config = load_config(FPO_CONFIG, args.set)
     steps = sorted({*args.steps, fpo_config.policy.steps})  # the config's K and M are always timed
     draws = sorted({*args.draws, fpo_config.policy.draws})
-    loops = {"ppo": build_loop(PPO_CONFIG, [])}
+    loops = {"ppo": build_loop(PPO_CONFIG, args.set)}
     for m in draws:
-        loops[("fpo", m)] = build_loop(FPO_CONFIG, [f"policy.draws={m}"])
+        loops[("fpo", m)] = build_loop(FPO_CONFIG, [*args.set, f"policy.draws={m}"])
     loops["fpo"] = loops[("fpo", fpo_config.policy.draws)]
     try:
         minibatches = {key: rollout_minibatch(loop) for key, loop in loops.items() if key != "fpo"}
