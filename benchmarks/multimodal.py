@@ -24,6 +24,7 @@ defaults to a temporary directory, deleted at the end unless ``--keep``; a given
     .venv/bin/python benchmarks/multimodal.py --seeds 0 1 2 3 4 --budgets 50000 200000 --out multimodal.json
     .venv/bin/python benchmarks/multimodal.py --seeds 0 --budgets 4096 8192 --episodes 20
     .venv/bin/python benchmarks/multimodal.py --fpo-override policy.steps=8 --override env.kwargs.num_goals=6
+    .venv/bin/python benchmarks/multimodal.py --smoke    # CI: 8 envs x 8 steps, budgets of 1 and 2 iterations
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import time
 from pathlib import Path
 
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CONFIG_FILES = {"ppo": CONFIGS / "ppo_multimodal.yaml", "fpo": CONFIGS / "fpo_multimodal.yaml"}
@@ -211,7 +213,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, help="JSON file for every figure")
     parser.add_argument("--run-root", type=Path, default=None, help="run directories (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary run directories")
-    args = parser.parse_args()
+    tiny = ["env.num_envs=8", "rollout.num_steps=8", "algo.minibatch_size=64"]
+    args = parse_smoke_args(parser, smoke={"seeds": [0], "budgets": [64, 128], "episodes": 4, "override": tiny})
     if args.episodes < 1 or min(args.budgets) < 1:
         parser.error("--episodes and --budgets must be positive integers")
     args.budgets = sorted(set(args.budgets))

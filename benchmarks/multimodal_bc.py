@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/multimodal_bc.py                      # 5 seeds, 2000 expert episodes
     .venv/bin/python benchmarks/multimodal_bc.py --seeds 0 1 --episodes 500
+    .venv/bin/python benchmarks/multimodal_bc.py --smoke    # CI: 20 expert episodes, 1 epoch, 4 evaluation episodes
 
 The scripted expert heads for a goal drawn uniformly per episode, so its actions at the start form K modes
 with walls between them. The script records the expert once (``robopt collect`` semantics, seed 0), clones it
@@ -22,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from multimodal import MODES, evaluate, mean_std  # noqa: E402
+from smoke import parse_smoke_args  # noqa: E402
 
 from robopt.commands.collect import collect  # noqa: E402
 from robopt.config import ConfigError  # noqa: E402
@@ -35,7 +37,8 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=2000, help="expert episodes recorded")
     parser.add_argument("--eval-episodes", type=int, default=200)
     parser.add_argument("--override", nargs="*", default=[], help="key=value for both BC runs")
-    args = parser.parse_args()
+    smoke = {"seeds": [0], "episodes": 20, "eval_episodes": 4, "override": ["algo.epochs=1"]}
+    args = parse_smoke_args(parser, smoke=smoke)
     print(f"multimodal_bc {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
           f"{' '.join(sys.argv[1:]) or '(defaults)'}", flush=True)  # fmt: skip
     records: dict[str, list[dict]] = {"flow": [], "gaussian": []}
