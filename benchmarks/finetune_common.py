@@ -25,6 +25,7 @@ from robopt.experiment import load_config
 from robopt.runner import train
 
 MODES = ("deterministic", "stochastic")
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 @torch.no_grad()
@@ -133,3 +134,14 @@ def print_table(records: list[dict], keys: list[str]) -> None:
                 print(f"{kind:10} {stage:5} {mode:13} " + " ".join(f"{cell:>20}" for cell in cells))
         seconds = mean_std([row["ft_seconds"] for row in rows])
         print(f"{kind:10} fine-tuning wall seconds {seconds} | BC {mean_std([row['bc_seconds'] for row in rows])}")
+
+
+def smoke_hopper_dataset(root: Path) -> Path:
+    """``--smoke``'s stand-in for the medium Hopper dataset: two episodes of a 512-step PPO run as
+    ``hopper/medium-v0`` under ``root/datasets`` (returned), as ``robopt collect`` records one."""
+    from robopt.commands.collect import collect
+
+    overrides = [f"log.run_root={root}/runs", "log.progress=false", "log.eval_episodes=0", "total_steps=512"]
+    source, _ = quiet_train(CONFIGS / "ppo_hopper_native.yaml", overrides)
+    collect("hopper/medium", 2, run_dir=source, root=root / "datasets", force=True, progress=False)
+    return root / "datasets"
