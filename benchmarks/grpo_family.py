@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/grpo_family.py --seeds 0 1 2
     .venv/bin/python benchmarks/grpo_family.py --seeds 0 --budget 1024 --sft-examples 500 --sft-epochs 2
+    .venv/bin/python benchmarks/grpo_family.py --smoke    # CI: 64 examples, 1 epoch, one 128-completion iteration
 
 Per seed: ``--sft-examples`` generated solutions of 2-digit addition (``robopt/Text``'s scripted solver, wrong at
 ``--error-rate``) are written as a Minari dataset and cloned by ``configs/sft_addition.yaml`` (a tiny byte-level
@@ -24,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from finetune_common import mean_std, quiet_train  # noqa: E402
+from smoke import parse_smoke_args  # noqa: E402
 
 from robopt.data.dataset_writer import write_dataset  # noqa: E402
 from robopt.data.recording import record_episodes  # noqa: E402
@@ -54,7 +56,8 @@ def main() -> int:
     parser.add_argument("--sft-epochs", type=int, default=20)
     parser.add_argument("--error-rate", type=float, default=0.2, help="share of wrong generated solutions")
     parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+    smoke = {"seeds": [0], "budget": 128, "episodes": 16, "sft_examples": 64, "sft_epochs": 1}
+    args = parse_smoke_args(parser, smoke=smoke)
     print(f"grpo_family {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
           f"{' '.join(sys.argv[1:]) or '(defaults)'}", flush=True)  # fmt: skip
     records = []

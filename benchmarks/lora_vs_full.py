@@ -19,7 +19,8 @@ after-update drift pass; the remainder is advantages and bookkeeping), completio
 build_loop and after the iterations, and the Adam state (``FirstOrderUpdater.exp_avg`` + ``exp_avg_sq``, float32).
 
     .venv/bin/python benchmarks/lora_vs_full.py --hidden 64 256 --layers 2 4 --ranks 8 --iterations 5
-    .venv/bin/python benchmarks/lora_vs_full.py --hidden 64 --layers 2 --ranks 4 --iterations 1  # smoke
+    .venv/bin/python benchmarks/lora_vs_full.py --hidden 64 --layers 2 --ranks 4 --iterations 1  # one small row
+    .venv/bin/python benchmarks/lora_vs_full.py --smoke    # CI: width 16, 1 layer, rank 2, 16 completions, 1 iteration
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "grpo_addition.yaml"
 MIB = 2**20
@@ -178,7 +181,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (config torch_threads)")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more config overrides")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    smoke = {"hidden": [16], "layers": [1], "ranks": [2], "iterations": 1, "set": ["env.num_envs=16"]}
+    args = parse_smoke_args(parser, smoke=smoke)
     if args.worker:  # one configuration; rank 0 is full fine-tuning
         print(json.dumps(measure(args, args.hidden[0], args.layers[0], args.ranks[0])))
         return
