@@ -5,6 +5,7 @@ Shapes: R robots, K kills per run, S rows in the hub, D obs dim.
     .venv/bin/python benchmarks/fleet_faults.py --kills 0 1 3 --seeds 0 1 2
     .venv/bin/python benchmarks/fleet_faults.py --kills 0 3 --seeds 0 --steps-per-robot 200 \
         --set policy.hidden=[32,32] algo.critic_hidden=[32,32] algo.loop.learning_starts=100 algo.loop.batch_size=32
+    .venv/bin/python benchmarks/fleet_faults.py --smoke    # CI: 2 robots, 1 kill, 150 steps each, 32-wide networks
 
 Every run is ``configs/fleet_sac_reach.yaml`` (R = 4 robots, SAC + HER on mujoco/GripperReach) with ``seed``,
 ``fleet.steps_per_robot``, ``fleet.cpus_per_robot``, ``log.eval_episodes=0``, ``log.progress=false``, a temporary
@@ -58,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "fleet_sac_reach.yaml"
 COLUMNS = (("kills", 5), ("seed", 4), ("done", 4), ("killed", 6), ("restarts", 8), ("dead", 4), ("in-flight", 9),
@@ -262,7 +264,10 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before a run counts as failed")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more config overrides")
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
-    args = parser.parse_args()
+    tiny = ["fleet.num_robots=2", "policy.hidden=[32,32]", "algo.critic_hidden=[32,32]",
+            "algo.loop.learning_starts=50", "algo.loop.batch_size=32"]  # fmt: skip
+    smoke = {"kills": [1], "steps_per_robot": 150, "jitter": 0.0, "timeout": 120.0, "set": tiny}
+    args = parse_smoke_args(parser, smoke=smoke)
     if min(args.kills) < 0 or args.steps_per_robot < 1 or args.jitter < 0 or args.timeout <= 0:
         parser.error("--kills must be >= 0, --steps-per-robot >= 1, --jitter >= 0 and --timeout > 0")
     import ray

@@ -1,7 +1,8 @@
 """FERT-lite against plain fleet SAC on the push task: held-out success after the same budget.
 
     .venv/bin/python benchmarks/fleet_fert.py --seeds 0 1 --steps-per-robot 7500
-    .venv/bin/python benchmarks/fleet_fert.py --seeds 0 --steps-per-robot 300 --heldout 2 --episodes 3  # smoke
+    .venv/bin/python benchmarks/fleet_fert.py --seeds 0 --steps-per-robot 300 --heldout 2 --episodes 3  # short
+    .venv/bin/python benchmarks/fleet_fert.py --smoke    # CI: 1 robot x 100 steps, 32-wide networks, 1 held-out
     .venv/bin/python benchmarks/fleet_fert.py --seeds 0 1 2 3 --variant min20 "fleet.fert_min_episodes=20" \
         --variant adv "fleet.fert_weighting=binary fleet.fert_unique=true"      # FERT variants (docs/fleet.md)
 
@@ -11,7 +12,8 @@ same env steps per robot and so the same number of SAC updates); ``fleet.fert=fa
 on (obs, action) pairs that failed episodes retrieved from the fleet's successful segments
 (``robopt.fleet.retrieval``). Success is scored as in ``fleet_scaling.py``: ``--heldout`` unseen robots,
 ``--episodes`` deterministic episodes each. ``--variant NAME "key=value ..."`` (repeatable) adds a FERT run with
-those overrides; ``--baselines plain`` (or ``fert``) runs only that one of the two beside them. Runs go one at a time,
+those overrides; ``--baselines plain`` (or ``fert``) runs only that one of the two beside them; ``--set`` overrides
+every run. Runs go one at a time,
 the variants interleaved per seed. ``--records FILE`` appends each run's record as it ends (two processes on other
 seeds can share one file), and ``--report FILE ...`` prints the table of such files without running anything.
 """
@@ -32,6 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from finetune_common import mean_std, quiet_train  # noqa: E402
 from fleet_scaling import heldout_success, last_metrics  # noqa: E402
+from smoke import parse_smoke_args  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "fleet_fert_push.yaml"
 
@@ -51,7 +54,12 @@ def main() -> int:
         help='a FERT variant: a name and its "key=value ..." overrides (fleet.fert=true is implied)',
     )
     parser.add_argument(
-        "--no-baselines", dest="baselines", action="store_const", const=[], help="run only the --variant runs"
+        "--no-baselines",
+        dest="baselines",
+        action="store_const",
+        const=[],
+        help="run only the --variant runs",
+        default=argparse.SUPPRESS,  # the default is --baselines' (first added, this one's None hid it)
     )
     parser.add_argument(
         "--baselines", nargs="*", choices=["plain", "fert"], default=["plain", "fert"],
@@ -59,7 +67,12 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--records", type=Path, help="append each run's record to this JSON-lines file as it ends")
     parser.add_argument("--report", type=Path, nargs="+", help="print the table of these records files; run nothing")
-    args = parser.parse_args()
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides of every run")
+    tiny = ["fleet.num_robots=1", "total_steps=100", "policy.hidden=[32,32]", "algo.critic_hidden=[32,32]",
+            "algo.loop.learning_starts=50", "algo.loop.batch_size=32"]  # fmt: skip
+    args = parse_smoke_args(
+        parser, smoke={"seeds": [0], "steps_per_robot": 100, "heldout": 1, "episodes": 2, "set": tiny}
+    )
     if args.report:
         return report([json.loads(line) for path in args.report for line in path.read_text().splitlines() if line])
     baselines = {"plain": ["fleet.fert=false"], "fert": ["fleet.fert=true"]}
@@ -76,7 +89,7 @@ def main() -> int:
                 overrides = [
                     f"seed={seed}", *variant, f"fleet.steps_per_robot={args.steps_per_robot}",
                     f"total_steps={4 * args.steps_per_robot}", f"log.run_root={temporary}", "log.progress=false",
-                    "log.eval_episodes=0", "log.checkpoint_every=1000",
+                    "log.eval_episodes=0", "log.checkpoint_every=1000", *args.set,
                 ]  # fmt: skip
                 start = time.perf_counter()
                 run_dir, _ = quiet_train(CONFIG, overrides)

@@ -1,7 +1,8 @@
 """Fleet scaling: success on held-out robots after the same learner budget, for fleets of 1, 4 and 16 robots.
 
     .venv/bin/python benchmarks/fleet_scaling.py --fleets 1 4 16 --seeds 0 1 2 --out docs/images/fleet_scaling.png
-    .venv/bin/python benchmarks/fleet_scaling.py --fleets 1 2 --seeds 0 --steps-per-robot 150 --heldout 1  # smoke
+    .venv/bin/python benchmarks/fleet_scaling.py --fleets 1 2 --seeds 0 --steps-per-robot 150 --heldout 1  # short
+    .venv/bin/python benchmarks/fleet_scaling.py --smoke    # CI: one robot, 100 steps, 32-wide networks, 1 held-out
 
 The claim under test (collective experience learning): with the collection time per robot held fixed, a larger
 fleet gives a better common policy. Every run is ``--config`` (default ``configs/fleet_sac_reach.yaml``, SAC +
@@ -17,7 +18,8 @@ short: one robot's 300 steps are six episodes.
 Held-out robots: ``--heldout`` robots with ids 10000, 10001, ... draw their dynamics from the same ranges with the
 run's seed: no training robot has them. The final policy runs ``--episodes`` deterministic episodes on each
 (one env per robot, its fixed dynamics); the figure is the success rate over all of them. Runs go one at a time;
-Ray runs embedded (each robot a quarter CPU at most, so every fleet size fits this machine).
+Ray runs embedded (each robot a quarter CPU at most, so every fleet size fits this machine). ``--set`` overrides
+every run; ``--smoke`` without ``--out`` writes no plot.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from finetune_common import mean_std, quiet_train  # noqa: E402
+from smoke import parse_smoke_args  # noqa: E402
 
 from robopt.build import build_env  # noqa: E402
 from robopt.evaluation import evaluate_policy, load_policy  # noqa: E402
@@ -113,7 +116,11 @@ def main() -> int:
     parser.add_argument("--heldout", type=int, default=8, help="unseen robots scored at the end")
     parser.add_argument("--episodes", type=int, default=10, help="deterministic episodes per held-out robot")
     parser.add_argument("--out", type=Path, default=None, help="plot (PNG); the JSON records go next to it")
-    args = parser.parse_args()
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides of every run")
+    tiny = ["policy.hidden=[32,32]", "algo.critic_hidden=[32,32]", "algo.loop.batch_size=32"]
+    smoke = {"fleets": [1], "seeds": [0], "steps_per_robot": 100, "warmup_per_robot": 50, "gradient_steps": 1,
+             "heldout": 1, "episodes": 2, "set": tiny}  # fmt: skip
+    args = parse_smoke_args(parser, smoke=smoke)
     print(f"fleet_scaling {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
           f"{os.cpu_count()} cores | {' '.join(sys.argv[1:]) or '(defaults)'}", flush=True)  # fmt: skip
     records = []
@@ -121,7 +128,7 @@ def main() -> int:
         for seed in args.seeds:
             for robots in args.fleets:
                 overrides = fleet_overrides(robots, args.steps_per_robot, args.warmup_per_robot, args.randomization,
-                                            seed, Path(temporary), args.gradient_steps)  # fmt: skip
+                                            seed, Path(temporary), args.gradient_steps) + args.set  # fmt: skip
                 start = time.perf_counter()
                 run_dir, _ = quiet_train(args.config, overrides)
                 seconds = time.perf_counter() - start

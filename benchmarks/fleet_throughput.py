@@ -4,6 +4,7 @@ Shapes: W workers (robots), L rows of one episode, M recorded transitions, B bat
 
     .venv/bin/python benchmarks/fleet_throughput.py --workers 1 2 4 --seconds 20 --episodes 200 --repeats 5
     .venv/bin/python benchmarks/fleet_throughput.py --workers 1 2 --seconds 2 --episodes 10 --repeats 2 --samples 10
+    .venv/bin/python benchmarks/fleet_throughput.py --smoke    # CI: 1 worker for 1 s, 4 episodes, 1 repeat
 
 Everything uses ``configs/fleet_sac_reach.yaml`` (mujoco/GripperReach, 50-step episodes; ``--set KEY=VALUE``
 changes it) on one local Ray that this script starts (``robopt.fleet.ray_runtime.start``, ``--num-cpus``) and
@@ -38,6 +39,7 @@ import time
 from pathlib import Path
 
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "fleet_sac_reach.yaml"
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
@@ -178,7 +180,9 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=256, help="B of the sample calls")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the driver")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more config overrides")
-    args = parser.parse_args()
+    smoke = {"workers": [1], "seconds": 1.0, "collect_steps": 50, "episodes": 4, "repeats": 1, "samples": 2,
+             "batch_size": 32, "set": ["algo.loop.batch_size=32"]}  # fmt: skip
+    args = parse_smoke_args(parser, smoke=smoke)
     if min(*args.workers, args.collect_steps, args.episodes, args.repeats, args.samples, args.batch_size,
            args.threads) < 1 or args.seconds <= 0 or args.cpus_per_robot <= 0:  # fmt: skip
         parser.error("counts must be >= 1, --seconds and --cpus-per-robot > 0")
