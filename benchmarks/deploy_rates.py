@@ -2,6 +2,7 @@
 
     python benchmarks/deploy_rates.py [--seconds 20] [--rates 100 250 500 1000] [--transports udp ros2 zenoh]
     python benchmarks/deploy_rates.py --pin-loop 1 --pin-robot 0 --rt-priority 50   # the loop on a core of its own
+    python benchmarks/deploy_rates.py --smoke    # CI: each transport at 100 Hz for 0.5 s
 
 For each transport and rate: a simulated Pendulum-v1 robot in another process steps at the rate (``--period``),
 the deploy runtime (this process) drives it at the same rate with a tiny exported policy for ``--seconds``. Printed
@@ -29,6 +30,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -145,7 +147,7 @@ def main() -> None:
     parser.add_argument("--pin-loop", type=int, default=None, help="pin the deploy loop's thread to this CPU")
     parser.add_argument("--pin-robot", type=int, default=None, help="pin the simulated robot's process to this CPU")
     parser.add_argument("--rt-priority", type=int, default=0, help="SCHED_FIFO priority for the loop (0: none)")
-    args = parser.parse_args()
+    args = parse_smoke_args(parser, smoke={"seconds": 0.5, "rates": [100]})
     pin = {"loop": args.pin_loop, "robot": args.pin_robot, "priority": args.rt_priority}
     with tempfile.TemporaryDirectory() as scratch:
         export_dir = make_export(Path(scratch))

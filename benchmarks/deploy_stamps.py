@@ -1,6 +1,7 @@
 """What a robot's misbehaving stamps do to the deploy loop's rate: before and after the fault, per ``tick_on`` mode.
 
     python benchmarks/deploy_stamps.py [--export EXPORT_DIR] [--seconds 10] [--fault-at 3]
+    python benchmarks/deploy_stamps.py --smoke    # CI: every cell for 0.8 s, the fault at 0.2 s
 
 A simulated Pendulum-v1 robot (``SimRobot``, real time, its own thread, 20 Hz, 10 ms latency) whose stamps are
 bent at ``--fault-at`` seconds, driven by the deploy runtime (``ControlLoop``, ``configs/deploy/pendulum.yaml``
@@ -20,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTS = ("none", "future_once", "jump", "restart", "bursts")
@@ -106,7 +109,7 @@ def main() -> None:
     parser.add_argument("--fault-at", type=float, default=3.0)
     parser.add_argument("--faults", nargs="+", default=list(FAULTS), choices=FAULTS)
     parser.add_argument("--modes", nargs="+", default=["clock", "measurement"], choices=["clock", "measurement"])
-    args = parser.parse_args()
+    args = parse_smoke_args(parser, smoke={"seconds": 0.8, "fault_at": 0.2})
     with tempfile.TemporaryDirectory() as tmp:
         export_dir = args.export
         if export_dir is None:
