@@ -20,7 +20,8 @@ of the chain tensors the storage keeps in ``policy_info`` (chain [T, N, K'+1, X]
 iterations (MiB), their difference, and the mean wall seconds per iteration (the first includes warm-up).
 
     .venv/bin/python benchmarks/dppo_memory.py --ft-steps 1 5 10 20 --horizon 4 --envs 64 --steps 32 --iterations 2
-    .venv/bin/python benchmarks/dppo_memory.py --ft-steps 2 --envs 4 --steps 4 --iterations 1  # smoke
+    .venv/bin/python benchmarks/dppo_memory.py --ft-steps 2 --envs 4 --steps 4 --iterations 1  # one small row
+    .venv/bin/python benchmarks/dppo_memory.py --smoke    # CI: that row with 32-wide networks
     .venv/bin/python benchmarks/dppo_memory.py --ft-steps 10 --set policy.hidden=[512,512,512]
 """
 
@@ -32,6 +33,8 @@ import resource
 import subprocess
 import sys
 import time
+
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 BASE = {  # DPPO on native Hopper; the rest is robopt's defaults (policy MLP [256, 256], DPPO's paper settings)
     "name": "dppo_memory",
@@ -146,7 +149,9 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=2, help="loop.iteration calls per configuration")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more config overrides")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    smoke = {"ft_steps": [2], "envs": 4, "steps": 4, "iterations": 1,
+             "set": ["policy.hidden=[32,32]", "critic.hidden=[32,32]"]}  # fmt: skip
+    args = parse_smoke_args(parser, smoke=smoke)
     if min(args.envs, args.steps, args.iterations, args.horizon, args.denoising_steps) < 1:
         parser.error("--envs, --steps, --iterations, --horizon and --denoising-steps must be >= 1")
     if not all(1 <= k <= args.denoising_steps for k in args.ft_steps):

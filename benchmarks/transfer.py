@@ -5,6 +5,7 @@ policy evaluated on the same grids of perturbed dynamics with ``robopt evaluate-
     .venv/bin/python benchmarks/transfer.py --task Walker2d --seeds 0 1 2 --run-root runs/transfer --episodes 10
     .venv/bin/python benchmarks/transfer.py --grids motor_x_delay --arm memoryless=configs/ppo_hopper_delay.yaml \
         --arm history=configs/ppo_hopper_delay_history.yaml --arm gru=configs/ppo_hopper_delay_gru.yaml
+    .venv/bin/python benchmarks/transfer.py --smoke    # CI: one 64-step iteration per arm, 1 episode per cell
 
 Arms: ``configs/ppo_<task>_fast.yaml`` (no randomization) and ``configs/ppo_<task>_fast_randomized.yaml`` (mass with
 inertia, friction, motor strength, actuator delay 0-2 ticks, observation noise, random pushes; privileged critic).
@@ -18,16 +19,19 @@ trained there for ``--steps``. Grids (deterministic episodes, the same reset see
 Printed per grid and arm: the mean return per cell averaged over seeds, the nominal return, the grid mean, and the
 share of cells keeping ``--keep`` of the arm's own nominal return, each as mean +- std over seeds. Heatmaps of each
 run land in ``--out/<grid>/<run>/transfer.png``; everything in ``--out/summary.json``. A learning result, not a
-timing.
+timing. ``--set`` overrides every training run; ``--smoke`` keeps its runs and outputs in a temporary directory
+unless ``--run-root`` or ``--out`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 from robopt.experiment import load_config
 from robopt.runner import train
@@ -40,13 +44,15 @@ GRIDS = {
 }
 
 
-def run_dir_of(config: str, seed: int, steps: int, root: Path) -> Path:
-    """The finished run ``<name>_s<seed>`` under ``root``, trained first when there is none."""
+def run_dir_of(config: str, seed: int, steps: int, root: Path, extra: list[str] = ()) -> Path:
+    """The finished run ``<name>_s<seed>`` under ``root``, trained first (with ``extra`` overrides) when there is
+    none."""
     name = f"{Path(config).stem}_s{seed}"
     finished = sorted(d for d in (root / name).glob("*") if (d / "eval.json").exists())
     if finished:
         return finished[-1]
-    overrides = [f"seed={seed}", f"total_steps={steps}", f"log.run_root={root}", f"name={name}", "log.progress=false"]
+    overrides = [f"seed={seed}", f"total_steps={steps}", f"log.run_root={root}", f"name={name}", "log.progress=false",
+                 *extra]  # fmt: skip
     return train(load_config(config, overrides)).run_dir
 
 
@@ -116,12 +122,24 @@ def main() -> None:
         metavar="NAME=CONFIG",
         help="an arm and its config (repeat); default: the task's nominal and randomized configs",
     )
-    args = parser.parse_args()
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides of every run")
+    tiny = ["env.num_envs=8", "rollout.num_steps=8", "algo.minibatch_size=64", "policy.hidden=[32,32]",
+            "critic.hidden=[32,32]", "log.eval_episodes=1"]  # fmt: skip
+    smoke = {"seeds": [0], "steps": 64, "episodes": 1, "run_root": None, "out": None, "set": tiny}
+    args = parse_smoke_args(parser, smoke=smoke)
+    with tempfile.TemporaryDirectory() as temporary:  # --smoke's runs and outputs, unless given
+        args.run_root = args.run_root or Path(temporary) / "runs"
+        args.out = args.out or Path(temporary) / "transfer"
+        run(args)
+
+
+def run(args) -> None:
+    """Train (or reuse) every arm's runs, evaluate them on each grid, print and write the summary."""
     arms = {arm: f"configs/ppo_{args.task.lower()}_fast{suffix}.yaml"
             for arm, suffix in (("nominal", ""), ("randomized", "_randomized"))}  # fmt: skip
     if args.arm:  # NAME=CONFIG arms in place of the two above (the memory study: docs/memory.md)
         arms = dict(arm.split("=", 1) for arm in args.arm)
-    trained = {(arm, seed): run_dir_of(config, seed, args.steps, args.run_root)
+    trained = {(arm, seed): run_dir_of(config, seed, args.steps, args.run_root, args.set)
                for seed in args.seeds for arm, config in arms.items()}  # seed by seed: whole seeds first  # fmt: skip
     runs = {arm: [trained[arm, seed] for seed in args.seeds] for arm in arms}
     summary: dict = {"task": args.task, "steps": args.steps, "seeds": args.seeds, "keep": args.keep, "grids": {}}
