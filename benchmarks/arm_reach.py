@@ -76,9 +76,18 @@ def smoke_run(root: Path) -> Path:
     from robopt.experiment import load_config
     from robopt.runner import train
 
-    overrides = ["env.num_envs=4", "rollout.num_steps=8", "algo.minibatch_size=32", "policy.hidden=[32,32]",
-                 "critic.hidden=[32,32]", "torch_threads=1", "total_steps=32", f"log.run_root={root}",
-                 "log.progress=false", "log.eval_episodes=0"]  # fmt: skip
+    overrides = [
+        "env.num_envs=4",
+        "rollout.num_steps=8",
+        "algo.minibatch_size=32",
+        "policy.hidden=[32,32]",
+        "critic.hidden=[32,32]",
+        "torch_threads=1",
+        "total_steps=32",
+        f"log.run_root={root}",
+        "log.progress=false",
+        "log.eval_episodes=0",
+    ]
     with contextlib.redirect_stdout(io.StringIO()):
         return train(load_config("configs/ppo_arm_reach.yaml", overrides), progress=False).run_dir
 

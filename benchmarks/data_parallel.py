@@ -124,8 +124,13 @@ def main() -> None:
     parser.add_argument("--contestants", nargs="+", default=["1proc", "2ranks"], choices=["1proc", "2ranks"])
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides of both contestants")
     parser.add_argument("--repeats", type=int, default=200, help="timed all_reduce calls")
-    tiny = ["env.num_envs=8", "rollout.num_steps=8", "algo.minibatch_size=32", "policy.hidden=[32,32]",
-            "critic.hidden=[32,32]"]  # fmt: skip
+    tiny = [
+        "env.num_envs=8",
+        "rollout.num_steps=8",
+        "algo.minibatch_size=32",
+        "policy.hidden=[32,32]",
+        "critic.hidden=[32,32]",
+    ]
     smoke = {"budget_s": 0.0, "eval_every": 1, "episodes": 1, "set": tiny, "repeats": 2}
     args = parse_smoke_args(parser, smoke=smoke)
     numel = 142_605  # the fast config's actor + critic parameters: one gradient all_reduce per minibatch step

@@ -149,8 +149,13 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=2, help="loop.iteration calls per configuration")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more config overrides")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    smoke = {"ft_steps": [2], "envs": 4, "steps": 4, "iterations": 1,
-             "set": ["policy.hidden=[32,32]", "critic.hidden=[32,32]"]}  # fmt: skip
+    smoke = {
+        "ft_steps": [2],
+        "envs": 4,
+        "steps": 4,
+        "iterations": 1,
+        "set": ["policy.hidden=[32,32]", "critic.hidden=[32,32]"],
+    }
     args = parse_smoke_args(parser, smoke=smoke)
     if min(args.envs, args.steps, args.iterations, args.horizon, args.denoising_steps) < 1:
         parser.error("--envs, --steps, --iterations, --horizon and --denoising-steps must be >= 1")

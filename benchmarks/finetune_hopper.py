@@ -117,8 +117,15 @@ def main() -> int:
         "--eval-seed", type=int, default=10_000, help="with --evaluate: env seed base (plus the run's seed)"
     )
     parser.add_argument("--out", type=Path, default=None, help="write the records as JSON")
-    smoke = {"seeds": [0], "budget": 128, "episodes": 1, "source_steps": 512, "dataset_episodes": 2, "bc_epochs": 1,
-             "at": [64]}  # fmt: skip
+    smoke = {
+        "seeds": [0],
+        "budget": 128,
+        "episodes": 1,
+        "source_steps": 512,
+        "dataset_episodes": 2,
+        "bc_epochs": 1,
+        "at": [64],
+    }
     args = parse_smoke_args(parser, smoke=smoke)
     if args.evaluate:
         return evaluate_runs(args.evaluate, args.episodes, tuple(args.eval_set), args.eval_seed)
@@ -152,7 +159,7 @@ def main() -> int:
                                 f"algo.loop.dataset_root={args.dataset_root}"]  # fmt: skip
                 if args.smoke:
                     ft_extra += SMOKE["on_policy" if kind in ("gaussian", "flow", "diffusion") else "off_policy"]
-                shared = [*common[:3], *SMOKE["networks"] * args.smoke]
+                shared = [*common[:3], *(SMOKE["networks"] if args.smoke else [])]
                 record = run_kind(
                     kind, KINDS[kind], seed, shared, [*bc_extra, common[3]], ft_extra, args.budget, args.episodes,
                     return_figures, args.at,

@@ -70,9 +70,8 @@ def main() -> int:
             for kind in args.kinds:
                 configs = (CONFIGS / "bc_multimodal.yaml", CONFIGS / FINETUNE[kind])
                 bc_policy = f"policy.name={POLICY.get(kind, kind)}"
-                ft_extra = (
-                    ON_POLICY_SMOKE if kind in ("gaussian", "flow", "diffusion") else OFF_POLICY_SMOKE
-                ) * args.smoke
+                tiny = ON_POLICY_SMOKE if kind in ("gaussian", "flow", "diffusion") else OFF_POLICY_SMOKE
+                ft_extra = tiny if args.smoke else []
                 record = run_kind(kind, configs, seed, common, [*bc_extra, bc_policy], ft_extra, args.budget,
                                   args.episodes, figures)  # fmt: skip
                 records.append(record)

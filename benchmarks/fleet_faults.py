@@ -264,8 +264,13 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before a run counts as failed")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more config overrides")
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
-    tiny = ["fleet.num_robots=2", "policy.hidden=[32,32]", "algo.critic_hidden=[32,32]",
-            "algo.loop.learning_starts=50", "algo.loop.batch_size=32"]  # fmt: skip
+    tiny = [
+        "fleet.num_robots=2",
+        "policy.hidden=[32,32]",
+        "algo.critic_hidden=[32,32]",
+        "algo.loop.learning_starts=50",
+        "algo.loop.batch_size=32",
+    ]
     smoke = {"kills": [1], "steps_per_robot": 150, "jitter": 0.0, "timeout": 120.0, "set": tiny}
     args = parse_smoke_args(parser, smoke=smoke)
     if min(args.kills) < 0 or args.steps_per_robot < 1 or args.jitter < 0 or args.timeout <= 0:

@@ -68,8 +68,14 @@ def main() -> int:
     parser.add_argument("--records", type=Path, help="append each run's record to this JSON-lines file as it ends")
     parser.add_argument("--report", type=Path, nargs="+", help="print the table of these records files; run nothing")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides of every run")
-    tiny = ["fleet.num_robots=1", "total_steps=100", "policy.hidden=[32,32]", "algo.critic_hidden=[32,32]",
-            "algo.loop.learning_starts=50", "algo.loop.batch_size=32"]  # fmt: skip
+    tiny = [
+        "fleet.num_robots=1",
+        "total_steps=100",
+        "policy.hidden=[32,32]",
+        "algo.critic_hidden=[32,32]",
+        "algo.loop.learning_starts=50",
+        "algo.loop.batch_size=32",
+    ]
     args = parse_smoke_args(
         parser, smoke={"seeds": [0], "steps_per_robot": 100, "heldout": 1, "episodes": 2, "set": tiny}
     )

@@ -118,8 +118,16 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="plot (PNG); the JSON records go next to it")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides of every run")
     tiny = ["policy.hidden=[32,32]", "algo.critic_hidden=[32,32]", "algo.loop.batch_size=32"]
-    smoke = {"fleets": [1], "seeds": [0], "steps_per_robot": 100, "warmup_per_robot": 50, "gradient_steps": 1,
-             "heldout": 1, "episodes": 2, "set": tiny}  # fmt: skip
+    smoke = {
+        "fleets": [1],
+        "seeds": [0],
+        "steps_per_robot": 100,
+        "warmup_per_robot": 50,
+        "gradient_steps": 1,
+        "heldout": 1,
+        "episodes": 2,
+        "set": tiny,
+    }
     args = parse_smoke_args(parser, smoke=smoke)
     print(f"fleet_scaling {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
           f"{os.cpu_count()} cores | {' '.join(sys.argv[1:]) or '(defaults)'}", flush=True)  # fmt: skip

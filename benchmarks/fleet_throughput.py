@@ -180,8 +180,16 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=256, help="B of the sample calls")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the driver")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more config overrides")
-    smoke = {"workers": [1], "seconds": 1.0, "collect_steps": 50, "episodes": 4, "repeats": 1, "samples": 2,
-             "batch_size": 32, "set": ["algo.loop.batch_size=32"]}  # fmt: skip
+    smoke = {
+        "workers": [1],
+        "seconds": 1.0,
+        "collect_steps": 50,
+        "episodes": 4,
+        "repeats": 1,
+        "samples": 2,
+        "batch_size": 32,
+        "set": ["algo.loop.batch_size=32"],
+    }
     args = parse_smoke_args(parser, smoke=smoke)
     if min(*args.workers, args.collect_steps, args.episodes, args.repeats, args.samples, args.batch_size,
            args.threads) < 1 or args.seconds <= 0 or args.cpus_per_robot <= 0:  # fmt: skip

@@ -312,8 +312,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--iterations", type=int, default=3, help="timed loop.iteration() calls per config")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides of both configs")
-    tiny = ["env.num_envs=8", "rollout.num_steps=8", "algo.minibatch_size=32", "policy.hidden=[32,32]",
-            "critic.hidden=[32,32]"]  # fmt: skip
+    tiny = [
+        "env.num_envs=8",
+        "rollout.num_steps=8",
+        "algo.minibatch_size=32",
+        "policy.hidden=[32,32]",
+        "critic.hidden=[32,32]",
+    ]
     smoke = {"steps": [1], "draws": [1], "repeats": 2, "warmup": 1, "iterations": 1, "set": tiny}
     args = parse_smoke_args(parser, smoke=smoke)
     if min(args.steps) < 1 or min(args.draws) < 1:

@@ -70,8 +70,14 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--override", nargs="*", default=[], help="key=value applied to both configs")
     parser.add_argument("--out", default="", help="write the per-run figures to this JSON file")
-    tiny = ["env.num_envs=8", "rollout.num_steps=8", "algo.minibatch_size=32", "policy.hidden=[32,32]",
-            "critic.hidden=[32,32]", "log.eval_episodes=1"]  # fmt: skip
+    tiny = [
+        "env.num_envs=8",
+        "rollout.num_steps=8",
+        "algo.minibatch_size=32",
+        "policy.hidden=[32,32]",
+        "critic.hidden=[32,32]",
+        "log.eval_episodes=1",
+    ]
     args = parse_smoke_args(parser, smoke={"steps": 64, "override": tiny})
     print(
         f"fpo_vs_ppo {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "

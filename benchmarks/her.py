@@ -119,8 +119,14 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true",
                         help="train nothing: report the finished runs under --root")  # fmt: skip
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides of every run")
-    tiny = ["algo.loop.learning_starts=200", "algo.loop.batch_size=32", "algo.loop.iteration_steps=100",
-            "policy.hidden=[32,32]", "algo.critic_hidden=[32,32]", "log.eval_episodes=2"]  # fmt: skip
+    tiny = [
+        "algo.loop.learning_starts=200",
+        "algo.loop.batch_size=32",
+        "algo.loop.iteration_steps=100",
+        "policy.hidden=[32,32]",
+        "algo.critic_hidden=[32,32]",
+        "log.eval_episodes=2",
+    ]
     args = parse_smoke_args(parser, smoke={"task": "reach", "seeds": [0], "steps": 300, "set": tiny})
     if args.report_only and args.root is None:
         parser.error("--report-only reads the runs of --root: give --root")

@@ -74,8 +74,13 @@ def smoke_run(root: Path) -> Path:
     from robopt.experiment import load_config
     from robopt.runner import train
 
-    overrides = ["total_steps=128", "rollout.num_steps=32", f"log.run_root={root}", "log.progress=false",
-                 "log.eval_episodes=0"]  # fmt: skip
+    overrides = [
+        "total_steps=128",
+        "rollout.num_steps=32",
+        f"log.run_root={root}",
+        "log.progress=false",
+        "log.eval_episodes=0",
+    ]
     with contextlib.redirect_stdout(io.StringIO()):
         return train(load_config("configs/ppo_pendulum.yaml", overrides), progress=False).run_dir
 
@@ -98,8 +103,12 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=10.0)
     parser.add_argument("--loss", type=float, default=0.01)
     parser.add_argument("--config", type=Path, default=None, help="deploy config (safety limits); default: defaults")
-    parser.add_argument("--period", type=float, default=None, help="seconds per tick of both processes (default: "
-                        "the policy's control period)")  # fmt: skip
+    parser.add_argument(
+        "--period",
+        type=float,
+        default=None,
+        help="seconds per tick of both processes (default: the policy's control period)",
+    )
     args = parse_smoke_args(parser, smoke={"episodes": 1, "period": 0.005})
     if args.run_dir is None and not args.smoke:
         parser.error("the following arguments are required: run_dir")

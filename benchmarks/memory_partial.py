@@ -140,8 +140,14 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=10, help="deterministic evaluation episodes at the end")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides of robopt's arms")
     parser.add_argument("--sb3-set", nargs="+", default=[], metavar="KEY=VALUE", help="RecurrentPPO arguments")
-    smoke = {"seeds": [0], "steps": 128, "episodes": 1, "set": ["rollout.num_steps=32"], "run_root": None,
-             "sb3_set": ["n_steps=16", "batch_size=64", "n_epochs=1"]}  # fmt: skip
+    smoke = {
+        "seeds": [0],
+        "steps": 128,
+        "episodes": 1,
+        "set": ["rollout.num_steps=32"],
+        "run_root": None,
+        "sb3_set": ["n_steps=16", "batch_size=64", "n_epochs=1"],
+    }
     args = parse_smoke_args(parser, smoke=smoke)
     if args.task != "pendulum" and "sb3_lstm" in args.arms:
         parser.error("the sb3_lstm arm runs on --task pendulum only")

@@ -58,8 +58,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the records as JSON")
     parser.add_argument("--set", nargs="*", default=[], help="extra config overrides for every run")
     tiny = ["algo.loop.iteration_steps=10", "algo.loop.batch_size=32", "policy.hidden=[32,32]"]
-    smoke = {"seeds": [0], "algos": ["iql", "fql", "qgf", "expo"], "offline_updates": 10, "online": [10],
-             "episodes": 1, "set": tiny}  # fmt: skip
+    smoke = {
+        "seeds": [0],
+        "algos": ["iql", "fql", "qgf", "expo"],
+        "offline_updates": 10,
+        "online": [10],
+        "episodes": 1,
+        "set": tiny,
+    }
     args = parse_smoke_args(parser, smoke=smoke)
     if not args.smoke and (args.dataset_root is None or args.root is None):
         parser.error("the following arguments are required: --dataset-root, --root")

@@ -51,8 +51,14 @@ def run_dir_of(config: str, seed: int, steps: int, root: Path, extra: list[str] 
     finished = sorted(d for d in (root / name).glob("*") if (d / "eval.json").exists())
     if finished:
         return finished[-1]
-    overrides = [f"seed={seed}", f"total_steps={steps}", f"log.run_root={root}", f"name={name}", "log.progress=false",
-                 *extra]  # fmt: skip
+    overrides = [
+        f"seed={seed}",
+        f"total_steps={steps}",
+        f"log.run_root={root}",
+        f"name={name}",
+        "log.progress=false",
+        *extra,
+    ]
     return train(load_config(config, overrides)).run_dir
 
 
@@ -123,8 +129,14 @@ def main() -> None:
         help="an arm and its config (repeat); default: the task's nominal and randomized configs",
     )
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides of every run")
-    tiny = ["env.num_envs=8", "rollout.num_steps=8", "algo.minibatch_size=64", "policy.hidden=[32,32]",
-            "critic.hidden=[32,32]", "log.eval_episodes=1"]  # fmt: skip
+    tiny = [
+        "env.num_envs=8",
+        "rollout.num_steps=8",
+        "algo.minibatch_size=64",
+        "policy.hidden=[32,32]",
+        "critic.hidden=[32,32]",
+        "log.eval_episodes=1",
+    ]
     smoke = {"seeds": [0], "steps": 64, "episodes": 1, "run_root": None, "out": None, "set": tiny}
     args = parse_smoke_args(parser, smoke=smoke)
     with tempfile.TemporaryDirectory() as temporary:  # --smoke's runs and outputs, unless given
