@@ -1,6 +1,6 @@
 """``--smoke``: the smallest run of a benchmark, which CI runs for every script (tests/benchmarks/test_smoke.py).
 
-A script declares its smallest arguments with ``parse_args(parser, smoke={dest: value, ...})``. With ``--smoke``
+A script declares its smallest arguments with ``parse_smoke_args(parser, smoke={dest: value, ...})``. With ``--smoke``
 those become the defaults (an argument given on the command line still wins), so the run goes through the
 script's whole path, robopt and the peer, and prints its table in seconds. Its figures mean nothing: the budgets
 are far too small to measure or learn. Without ``--smoke`` nothing changes.

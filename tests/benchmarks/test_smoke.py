@@ -14,6 +14,7 @@ Ray share the ``ray`` xdist group with the fleet's tests (one Ray at a time on 2
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import re
@@ -144,6 +145,22 @@ def test_every_benchmark_has_a_smoke_run():
     assert scripts == set(SMOKES) | set(ELSEWHERE), "benchmarks without a smoke run here (or rows without a script)"
     assert helpers == {"finetune_common.py", "smoke.py"}
     assert all(test.is_file() for test in ELSEWHERE.values())
+
+
+def test_smoke_values_are_defaults_that_given_arguments_override():
+    spec = importlib.util.spec_from_file_location("benchmark_smoke", BENCHMARKS / "smoke.py")
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)
+
+    def parse(*argv: str):
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--steps", type=int, default=1000)
+        parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+        return vars(smoke.parse_smoke_args(parser, {"steps": 10, "seeds": [0]}, argv))
+
+    assert parse() == {"steps": 1000, "seeds": [0, 1, 2], "smoke": False}
+    assert parse("--smoke") == {"steps": 10, "seeds": [0], "smoke": True}
+    assert parse("--smoke", "--steps", "50") == {"steps": 50, "seeds": [0], "smoke": True}
 
 
 def smoke_params():
