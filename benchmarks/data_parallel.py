@@ -12,6 +12,7 @@ training, the seconds and env steps to each return level (first crossing), and t
 else meanwhile: two cores, and the 2-rank contestant uses both.
 
     .venv/bin/python benchmarks/data_parallel.py --seeds 0 1 2 --levels 3000 --budget-s 120
+    .venv/bin/python benchmarks/data_parallel.py --smoke    # CI: one 64-step iteration per contestant, 1 episode
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ppo_halfcheetah_fast.yaml"
 
@@ -41,7 +43,8 @@ def _train(rank: int, store: str, world: int, seed: int, args, out: str) -> None
         torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
         collective = TorchCollective(torch.device("cpu"))
     threads = 2 if world == 1 else 1  # physics threads per process: the machine's 2 cores either way
-    config = load_config(CONFIG, [f"seed={seed}", "torch_threads=1", f"env.kwargs={{num_threads: {threads}}}"])
+    overrides = [f"seed={seed}", "torch_threads=1", f"env.kwargs={{num_threads: {threads}}}", *args.set]
+    config = load_config(CONFIG, overrides)
     loop = build_loop(config, initialize=True, collective=collective)
     chunks_per_eval = max(1, round(args.eval_every / loop.steps_per_iteration))
     seconds, steps, best, reached = 0.0, 0, float("-inf"), {}
@@ -119,9 +122,19 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=20480, help="env steps between evaluations")
     parser.add_argument("--episodes", type=int, default=5)
     parser.add_argument("--contestants", nargs="+", default=["1proc", "2ranks"], choices=["1proc", "2ranks"])
-    args = parser.parse_args()
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides of both contestants")
+    parser.add_argument("--repeats", type=int, default=200, help="timed all_reduce calls")
+    tiny = [
+        "env.num_envs=8",
+        "rollout.num_steps=8",
+        "algo.minibatch_size=32",
+        "policy.hidden=[32,32]",
+        "critic.hidden=[32,32]",
+    ]
+    smoke = {"budget_s": 0.0, "eval_every": 1, "episodes": 1, "set": tiny, "repeats": 2}
+    args = parse_smoke_args(parser, smoke=smoke)
     numel = 142_605  # the fast config's actor + critic parameters: one gradient all_reduce per minibatch step
-    seconds = allreduce_seconds(numel)
+    seconds = allreduce_seconds(numel, args.repeats)
     print(
         f"gloo all_reduce of {numel} float32 ({4 * numel / 1e3:.0f} kB) between 2 ranks: {1e3 * seconds:.2f} ms "
         f"(x 20 minibatch steps per iteration: {20e3 * seconds:.1f} ms)",
@@ -134,9 +147,10 @@ def main() -> None:
             results[name].append(result)
             levels = "  ".join(
                 f"{level:.0f}: {result['reached'][level][0]:.1f} s ({result['reached'][level][1]} steps)"
-                if level in result["reached"] else f"{level:.0f}: not reached (best {result['best']:.0f})"
+                if level in result["reached"]
+                else f"{level:.0f}: not reached (best {result['best']:.0f})"
                 for level in args.levels
-            )  # fmt: skip
+            )
             rate = result["steps"] / result["seconds"]
             print(f"{name:7s} seed {seed}: {rate:8.0f} env steps/s over {result['steps']} steps | {levels}", flush=True)
     for name, rows in results.items():

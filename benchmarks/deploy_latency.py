@@ -19,6 +19,7 @@ trained run's policy with --run-dir (exported into a temporary directory; nothin
     .venv/bin/python benchmarks/deploy_latency.py --hidden 64 64
     .venv/bin/python benchmarks/deploy_latency.py --hidden 256 256 --repeats 50000
     .venv/bin/python benchmarks/deploy_latency.py --run-dir runs/ppo_halfcheetah/<timestamp>
+    .venv/bin/python benchmarks/deploy_latency.py --smoke    # CI: 10 calls per row after 1 warm-up
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from flow_latency import time_runners  # benchmarks/ is the script's directory, so its sibling imports
+from smoke import parse_smoke_args
 
 from robopt.policies import GaussianPolicy
 from robopt.sim2real.export import FILE_NAMES, export_onnx, export_pt2, export_run, load_torch_file, onnx_session
@@ -88,7 +90,7 @@ def main() -> None:
     parser.add_argument("--run-dir", type=Path, default=None, help="export and time this run's policy instead")
     parser.add_argument("--repeats", type=int, default=20000, help="timed calls per row")
     parser.add_argument("--warmup", type=int, default=500, help="untimed calls per row first")
-    args = parser.parse_args()
+    args = parse_smoke_args(parser, smoke={"repeats": 10, "warmup": 1})
     if args.repeats < 1 or args.warmup < 0 or min(args.obs_dim, args.action_dim, *args.hidden) < 1:
         parser.error("--repeats, --obs-dim, --action-dim and --hidden must be >= 1, --warmup >= 0")
     torch.set_num_threads(1)
@@ -111,8 +113,10 @@ def main() -> None:
         differences[kind] = float(np.abs(actions - reference).max())
     timings = time_runners(runners, args.repeats, args.warmup)
 
-    print(f"{source}; batch 1; 1 thread; {args.repeats} calls per row after {args.warmup} warm-up; "
-          f"torch {torch.__version__}")  # fmt: skip
+    print(
+        f"{source}; batch 1; 1 thread; {args.repeats} calls per row after {args.warmup} warm-up; "
+        f"torch {torch.__version__}"
+    )
     header = f"{'runtime':<12} {'path':<6} {'median us':>10} {'p99 us':>10} {'max |diff|':>11}"
     print(header)
     print("-" * len(header))

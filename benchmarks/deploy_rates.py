@@ -2,6 +2,7 @@
 
     python benchmarks/deploy_rates.py [--seconds 20] [--rates 100 250 500 1000] [--transports udp ros2 zenoh]
     python benchmarks/deploy_rates.py --pin-loop 1 --pin-robot 0 --rt-priority 50   # the loop on a core of its own
+    python benchmarks/deploy_rates.py --smoke    # CI: each transport at 100 Hz for 0.5 s
 
 For each transport and rate: a simulated Pendulum-v1 robot in another process steps at the rate (``--period``),
 the deploy runtime (this process) drives it at the same rate with a tiny exported policy for ``--seconds``. Printed
@@ -29,6 +30,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,9 +50,15 @@ def make_export(directory: Path) -> Path:
     module = policy.export_module().eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, (torch.zeros(2, 3),), str(directory / "policy.onnx"), dynamo=False,
-                          input_names=["obs"], output_names=["action"],
-                          dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}})  # fmt: skip
+        torch.onnx.export(
+            module,
+            (torch.zeros(2, 3),),
+            str(directory / "policy.onnx"),
+            dynamo=False,
+            input_names=["obs"],
+            output_names=["action"],
+            dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
+        )
     obs = torch.randn(32, 3)
     with torch.no_grad():
         np.savez(directory / "parity.npz", obs=obs.numpy(), action=module(obs).numpy())
@@ -89,19 +97,27 @@ def run_cell(export_dir: Path, transport: str, rate: int, seconds: float, pin: d
         spec = f"zenoh://{endpoint}"
         robot_section = {"zenoh": {"multicast": False}}
     if transport != "udp":  # the joint states, as a robot publishes them (stamped at measurement)
-        robot_section.update({
-            "command": {"topic": "/robopt/command", "type": "std_msgs/Float64MultiArray"},
-            "observation": [
-                {"topic": "/joint_states", "type": "sensor_msgs/JointState", "field": "position",
-                 "joints": ["hinge"], "transform": ["cos", "sin"]},
-                {"topic": "/joint_states", "field": "velocity", "joints": ["hinge"]},
-            ],
-        })  # fmt: skip
+        robot_section.update(
+            {
+                "command": {"topic": "/robopt/command", "type": "std_msgs/Float64MultiArray"},
+                "observation": [
+                    {
+                        "topic": "/joint_states",
+                        "type": "sensor_msgs/JointState",
+                        "field": "position",
+                        "joints": ["hinge"],
+                        "transform": ["cos", "sin"],
+                    },
+                    {"topic": "/joint_states", "field": "velocity", "joints": ["hinge"]},
+                ],
+            }
+        )
     pin = pin or {}
     robot_cpu = pin.get("robot")
     preexec = None if robot_cpu is None else (lambda: __import__("os").sched_setaffinity(0, {robot_cpu}))
-    server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              preexec_fn=preexec)  # fmt: skip
+    server = subprocess.Popen(
+        server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec
+    )
     try:
         server.stdout.readline()  # ready
         with tempfile.TemporaryDirectory() as scratch:
@@ -115,8 +131,14 @@ def run_cell(export_dir: Path, transport: str, rate: int, seconds: float, pin: d
             config.write_text(yaml.safe_dump(deploy_config))
             notes: list[str] = []
             warm = deploy(export_dir, spec, duration=1.0, config_path=config, echo=lambda _: None)  # discovery
-            summary = deploy(export_dir, spec, duration=seconds, config_path=config, log_path=log,
-                             echo=lambda line: notes.append(line) if line.startswith("loop:") else None)  # fmt: skip
+            summary = deploy(
+                export_dir,
+                spec,
+                duration=seconds,
+                config_path=config,
+                log_path=log,
+                echo=lambda line: notes.append(line) if line.startswith("loop:") else None,
+            )
             ticks = np.load(log)
         server.send_signal(signal.SIGINT)  # the server prints its counts on Ctrl-C
         output, _ = server.communicate(timeout=20)
@@ -126,15 +148,19 @@ def run_cell(export_dir: Path, transport: str, rate: int, seconds: float, pin: d
     age = ticks["obs_age"][np.isfinite(ticks["obs_age"])] * 1e3
     sent = summary["ticks"]
     return {
-        "transport": transport, "rate": rate, "ticks": sent,
+        "transport": transport,
+        "rate": rate,
+        "ticks": sent,
         "missed": summary["counters"]["missed_deadline"],
-        "late": summary["counters"].get("late_ticks", -1), "notes": notes + summary.get("notices", []),
-        "read_to_send_p50_us": summary["compute_p50_us"], "read_to_send_p99_us": summary["compute_p99_us"],
+        "late": summary["counters"].get("late_ticks", -1),
+        "notes": notes + summary.get("notices", []),
+        "read_to_send_p50_us": summary["compute_p50_us"],
+        "read_to_send_p99_us": summary["compute_p99_us"],
         "age_p50_ms": float(np.percentile(age, 50)) if age.size else float("nan"),
         "age_p99_ms": float(np.percentile(age, 99)) if age.size else float("nan"),
         "server_received": int(received.group(1)) if received else -1,
         "sent_total": warm["ticks"] + sent,  # both runs: the server counts the actions of both
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -145,7 +171,7 @@ def main() -> None:
     parser.add_argument("--pin-loop", type=int, default=None, help="pin the deploy loop's thread to this CPU")
     parser.add_argument("--pin-robot", type=int, default=None, help="pin the simulated robot's process to this CPU")
     parser.add_argument("--rt-priority", type=int, default=0, help="SCHED_FIFO priority for the loop (0: none)")
-    args = parser.parse_args()
+    args = parse_smoke_args(parser, smoke={"seconds": 0.5, "rates": [100]})
     pin = {"loop": args.pin_loop, "robot": args.pin_robot, "priority": args.rt_priority}
     with tempfile.TemporaryDirectory() as scratch:
         export_dir = make_export(Path(scratch))
@@ -157,10 +183,13 @@ def main() -> None:
                     print(f"  {note}")
                 lost = row["sent_total"] - row["server_received"] if row["server_received"] >= 0 else -1
                 share = row["missed"] / max(row["ticks"], 1)
-                print(f"{transport:9s}  {rate:7d}  {row['ticks']:5d}  {row['missed']:6d} ({share:.2%})"
-                      f"  {row['late']:4d}"
-                      f"  {row['read_to_send_p50_us']:8.0f} / {row['read_to_send_p99_us']:6.0f}"
-                      f"  {row['age_p50_ms']:8.2f} / {row['age_p99_ms']:6.2f}  {lost}", flush=True)  # fmt: skip
+                print(
+                    f"{transport:9s}  {rate:7d}  {row['ticks']:5d}  {row['missed']:6d} ({share:.2%})"
+                    f"  {row['late']:4d}"
+                    f"  {row['read_to_send_p50_us']:8.0f} / {row['read_to_send_p99_us']:6.0f}"
+                    f"  {row['age_p50_ms']:8.2f} / {row['age_p99_ms']:6.2f}  {lost}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

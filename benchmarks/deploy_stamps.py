@@ -1,6 +1,7 @@
 """What a robot's misbehaving stamps do to the deploy loop's rate: before and after the fault, per ``tick_on`` mode.
 
     python benchmarks/deploy_stamps.py [--export EXPORT_DIR] [--seconds 10] [--fault-at 3]
+    python benchmarks/deploy_stamps.py --smoke    # CI: every cell for 0.8 s, the fault at 0.2 s
 
 A simulated Pendulum-v1 robot (``SimRobot``, real time, its own thread, 20 Hz, 10 ms latency) whose stamps are
 bent at ``--fault-at`` seconds, driven by the deploy runtime (``ControlLoop``, ``configs/deploy/pendulum.yaml``
@@ -20,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTS = ("none", "future_once", "jump", "restart", "bursts")
@@ -100,13 +103,17 @@ def run_cell(export_dir: Path, fault: str, tick_on: str, seconds: float, fault_a
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--export", type=Path, default=None, help="an exported Pendulum-v1 policy (default: a tiny "
-                        "untrained one, rates only)")  # fmt: skip
+    parser.add_argument(
+        "--export",
+        type=Path,
+        default=None,
+        help="an exported Pendulum-v1 policy (default: a tiny untrained one, rates only)",
+    )
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--fault-at", type=float, default=3.0)
     parser.add_argument("--faults", nargs="+", default=list(FAULTS), choices=FAULTS)
     parser.add_argument("--modes", nargs="+", default=["clock", "measurement"], choices=["clock", "measurement"])
-    args = parser.parse_args()
+    args = parse_smoke_args(parser, smoke={"seconds": 0.8, "fault_at": 0.2})
     with tempfile.TemporaryDirectory() as tmp:
         export_dir = args.export
         if export_dir is None:
@@ -118,8 +125,11 @@ def main() -> None:
         for fault in args.faults:
             for mode in args.modes:
                 r = run_cell(export_dir, fault, mode, args.seconds, args.fault_at)
-                print(f"{fault:12s} {mode:12s} {r['rate_before']:8.1f} Hz {r['rate_after']:8.1f} Hz  "
-                      f"{r['stamp_faults']!s:>12s} {r['stale']:6d} {r['late']!s:>5s}", flush=True)  # fmt: skip
+                print(
+                    f"{fault:12s} {mode:12s} {r['rate_before']:8.1f} Hz {r['rate_after']:8.1f} Hz  "
+                    f"{r['stamp_faults']!s:>12s} {r['stale']:6d} {r['late']!s:>5s}",
+                    flush=True,
+                )
                 time.sleep(0.2)
 
 

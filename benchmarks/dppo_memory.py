@@ -20,7 +20,8 @@ of the chain tensors the storage keeps in ``policy_info`` (chain [T, N, K'+1, X]
 iterations (MiB), their difference, and the mean wall seconds per iteration (the first includes warm-up).
 
     .venv/bin/python benchmarks/dppo_memory.py --ft-steps 1 5 10 20 --horizon 4 --envs 64 --steps 32 --iterations 2
-    .venv/bin/python benchmarks/dppo_memory.py --ft-steps 2 --envs 4 --steps 4 --iterations 1  # smoke
+    .venv/bin/python benchmarks/dppo_memory.py --ft-steps 2 --envs 4 --steps 4 --iterations 1  # one small row
+    .venv/bin/python benchmarks/dppo_memory.py --smoke    # CI: that row with 32-wide networks
     .venv/bin/python benchmarks/dppo_memory.py --ft-steps 10 --set policy.hidden=[512,512,512]
 """
 
@@ -32,6 +33,8 @@ import resource
 import subprocess
 import sys
 import time
+
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 BASE = {  # DPPO on native Hopper; the rest is robopt's defaults (policy MLP [256, 256], DPPO's paper settings)
     "name": "dppo_memory",
@@ -55,9 +58,13 @@ def maxrss_mib() -> float:
 
 def overrides(args, ft_steps: int) -> list[str]:
     return [
-        f"env.num_envs={args.envs}", f"rollout.num_steps={args.steps}", f"policy.ft_steps={ft_steps}",
-        f"policy.denoising_steps={args.denoising_steps}", f"policy.horizon={args.horizon}", *args.set,
-    ]  # fmt: skip
+        f"env.num_envs={args.envs}",
+        f"rollout.num_steps={args.steps}",
+        f"policy.ft_steps={ft_steps}",
+        f"policy.denoising_steps={args.denoising_steps}",
+        f"policy.horizon={args.horizon}",
+        *args.set,
+    ]
 
 
 def measure(args, ft_steps: int, fresh: float) -> dict:
@@ -85,13 +92,18 @@ def measure(args, ft_steps: int, fresh: float) -> dict:
         storage, p = loop.storage, config.policy
         network = f"MLP {list(p.hidden)}" if p.network == "mlp" else f"U-Net {list(p.unet_channels)}"
         return {
-            "ft_steps": ft_steps, "fresh": fresh, "imported": imported, "built": built, "peak": maxrss_mib(),
-            "seconds": sum(seconds) / len(seconds), "batch": storage.num_steps * storage.num_envs,
+            "ft_steps": ft_steps,
+            "fresh": fresh,
+            "imported": imported,
+            "built": built,
+            "peak": maxrss_mib(),
+            "seconds": sum(seconds) / len(seconds),
+            "batch": storage.num_steps * storage.num_envs,
             "env_steps": loop.steps_per_iteration,
             "info": {key: [list(t.shape), t.numel() * t.element_size()] for key, t in storage.policy_info.items()},
             "env": f"{type(loop.env).__name__} {config.env.id} (action {loop.env.action_dim})",
             "policy": f"diffusion {network}, K {p.denoising_steps}, H {p.horizon}, X {loop.policy.action_dim}",
-        }  # fmt: skip
+        }
     finally:
         loop.env.close()
 
@@ -113,10 +125,14 @@ def print_table(args, results: list[dict]) -> None:
     ok = [r for r in results if "error" not in r]
     if ok:
         first = ok[0]
-        print(f"{first['env']}; {first['policy']}; T {args.steps} x N {args.envs} = B decisions, "
-              f"{first['env_steps']} env steps per iteration; {args.iterations} iteration(s)")  # fmt: skip
-        print(f"ru_maxrss of a fresh process per row, MiB (before imports {first['fresh']:.0f}, after importing torch "
-              f"and robopt {first['imported']:.0f}); build: after build_loop; peak: after the iterations")  # fmt: skip
+        print(
+            f"{first['env']}; {first['policy']}; T {args.steps} x N {args.envs} = B decisions, "
+            f"{first['env_steps']} env steps per iteration; {args.iterations} iteration(s)"
+        )
+        print(
+            f"ru_maxrss of a fresh process per row, MiB (before imports {first['fresh']:.0f}, after importing torch "
+            f"and robopt {first['imported']:.0f}); build: after build_loop; peak: after the iterations"
+        )
     header = " ".join(f"{label:>{width}}" for label, width in COLUMNS)
     print(header)
     print("-" * len(header))
@@ -126,8 +142,10 @@ def print_table(args, results: list[dict]) -> None:
             continue
         k, b = r["ft_steps"], r["batch"]
         info = sum(size for _, size in r["info"].values()) / 1024
-        print(f"{k:>4} {b:>7} {b * k:>10} {info:>9.1f} {r['built']:>10.1f} {r['peak']:>9.1f} "
-              f"{r['peak'] - r['built']:>11.1f} {r['seconds']:>7.2f}")  # fmt: skip
+        print(
+            f"{k:>4} {b:>7} {b * k:>10} {info:>9.1f} {r['built']:>10.1f} {r['peak']:>9.1f} "
+            f"{r['peak'] - r['built']:>11.1f} {r['seconds']:>7.2f}"
+        )
     if ok:
         print("policy_info in the storage (float32, [T, N, ...]; 4 T N ((2 K' + 1) X + K') bytes):")
     for r in ok:
@@ -146,7 +164,14 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=2, help="loop.iteration calls per configuration")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more config overrides")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    smoke = {
+        "ft_steps": [2],
+        "envs": 4,
+        "steps": 4,
+        "iterations": 1,
+        "set": ["policy.hidden=[32,32]", "critic.hidden=[32,32]"],
+    }
+    args = parse_smoke_args(parser, smoke=smoke)
     if min(args.envs, args.steps, args.iterations, args.horizon, args.denoising_steps) < 1:
         parser.error("--envs, --steps, --iterations, --horizon and --denoising-steps must be >= 1")
     if not all(1 <= k <= args.denoising_steps for k in args.ft_steps):

@@ -12,6 +12,7 @@ column alike.
 
 Usage: .venv/bin/python benchmarks/env_throughput.py [--tasks HalfCheetah Ant] [--num-envs 1 16 64 256]
        .venv/bin/python benchmarks/env_throughput.py --backend mujoco_warp [--graph] --device cuda --no-peers
+       .venv/bin/python benchmarks/env_throughput.py --smoke    # CI: HalfCheetah, 2 envs, 10 steps, every column
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import mujoco
 import numpy as np
 import torch
 from mujoco import rollout
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 from robopt.envs import make_env
 from robopt.envs.native_env import load_model
@@ -121,7 +123,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True, help="also time the peers")
     parser.add_argument("--graph", action="store_true", help="mujoco_warp: replay a recording of each step's launches")
-    args = parser.parse_args()
+    args = parse_smoke_args(parser, smoke={"tasks": ["HalfCheetah"], "num_envs": [2], "env_steps": 20, "repeats": 1})
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     by_name = {t.name: t for t in TASKS}

@@ -25,6 +25,7 @@ from robopt.experiment import load_config
 from robopt.runner import train
 
 MODES = ("deterministic", "stochastic")
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 @torch.no_grad()
@@ -65,8 +66,9 @@ def return_figures(returns: list[float], reached: list[int], env) -> dict:
     return {"return": statistics.mean(returns), "return_std": statistics.pstdev(returns)}
 
 
-def quiet_train(config_path: Path, overrides: list[str], resume_dir: Path | None = None,
-                stop_at_iteration: int | None = None) -> tuple[Path, float]:  # fmt: skip
+def quiet_train(
+    config_path: Path, overrides: list[str], resume_dir: Path | None = None, stop_at_iteration: int | None = None
+) -> tuple[Path, float]:
     """Train a config quietly (or continue ``resume_dir``, up to ``stop_at_iteration``): (run dir, wall seconds)."""
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
@@ -87,8 +89,18 @@ def iteration_steps(config_path: Path, overrides: list[str]) -> int:
     return math.ceil(loop.iteration_steps / phase) * phase
 
 
-def run_kind(kind: str, configs: tuple[Path, Path], seed: int, common: list[str], bc_extra: list[str],
-             ft_extra: list[str], budget: int, episodes: int, figures, at: list[int] = ()) -> dict:  # fmt: skip
+def run_kind(
+    kind: str,
+    configs: tuple[Path, Path],
+    seed: int,
+    common: list[str],
+    bc_extra: list[str],
+    ft_extra: list[str],
+    budget: int,
+    episodes: int,
+    figures,
+    at: list[int] = (),
+) -> dict:
     """BC then fine-tuning for one policy kind and seed: figures of both, and their wall seconds.
 
     ``at``: env-step counts (below ``budget``) at which the fine-tuning run also stops, is evaluated and continues
@@ -108,8 +120,15 @@ def run_kind(kind: str, configs: tuple[Path, Path], seed: int, common: list[str]
     ft_dir, seconds = quiet_train(ft_config, ft_overrides, ft_dir)
     ft_seconds += seconds
     ft = evaluate(ft_dir, episodes, eval_seed, figures)
-    return {"kind": kind, "seed": seed, "bc": bc, "ft": ft, "stages": stages, "bc_seconds": bc_seconds,
-            "ft_seconds": ft_seconds}  # fmt: skip
+    return {
+        "kind": kind,
+        "seed": seed,
+        "bc": bc,
+        "ft": ft,
+        "stages": stages,
+        "bc_seconds": bc_seconds,
+        "ft_seconds": ft_seconds,
+    }
 
 
 def mean_std(values: list[float]) -> str:
@@ -133,3 +152,14 @@ def print_table(records: list[dict], keys: list[str]) -> None:
                 print(f"{kind:10} {stage:5} {mode:13} " + " ".join(f"{cell:>20}" for cell in cells))
         seconds = mean_std([row["ft_seconds"] for row in rows])
         print(f"{kind:10} fine-tuning wall seconds {seconds} | BC {mean_std([row['bc_seconds'] for row in rows])}")
+
+
+def smoke_hopper_dataset(root: Path) -> Path:
+    """``--smoke``'s stand-in for the medium Hopper dataset: two episodes of a 512-step PPO run as
+    ``hopper/medium-v0`` under ``root/datasets`` (returned), as ``robopt collect`` records one."""
+    from robopt.commands.collect import collect
+
+    overrides = [f"log.run_root={root}/runs", "log.progress=false", "log.eval_episodes=0", "total_steps=512"]
+    source, _ = quiet_train(CONFIGS / "ppo_hopper_native.yaml", overrides)
+    collect("hopper/medium", 2, run_dir=source, root=root / "datasets", force=True, progress=False)
+    return root / "datasets"

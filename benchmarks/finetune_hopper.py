@@ -17,6 +17,10 @@ evaluates each fine-tuning run at those env-step counts, and ``--dataset-root`` 
 
     .venv/bin/python benchmarks/finetune_hopper.py --kinds gaussian flow diffusion ogpo --budget 100000 \
         --at 25000 50000 --bc-epochs 40 --dataset-root ~/.minari/datasets
+    .venv/bin/python benchmarks/finetune_hopper.py --smoke    # CI: 2 episodes, 1 epoch, 32-wide nets, 1 iteration
+
+The default kinds are gaussian, flow, diffusion and ogpo (qgf and expo need IQL runs). ``--smoke`` also makes every
+fine-tuning run one small iteration (``SMOKE``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from finetune_common import (  # noqa: E402
     return_figures,
     run_kind,
 )
+from smoke import parse_smoke_args  # noqa: E402
 
 from robopt.commands.collect import collect  # noqa: E402
 
@@ -53,12 +58,17 @@ KINDS = {
     "expo": (CONFIGS / "bc_flow_hopper.yaml", CONFIGS / "expo_hopper.yaml"),
 }
 WARM_CRITICS = {"qgf", "expo"}  # off-policy on the flow clone, critics from an offline IQL run, the dataset in replay
+SMOKE = {  # --smoke: narrow networks (the clone's widths are the fine-tuning's), one small fine-tuning iteration
+    "networks": ["policy.hidden=[32,32]"],
+    "on_policy": ["env.num_envs=8", "rollout.num_steps=8", "critic.hidden=[32,32]"],
+    "off_policy": ["algo.loop.iteration_steps=128", "algo.loop.batch_size=64"],
+}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
+    parser.add_argument("--kinds", nargs="+", default=[k for k in KINDS if k not in WARM_CRITICS], choices=list(KINDS))
     parser.add_argument("--budget", type=int, default=200_000, help="fine-tuning env steps per run")
     parser.add_argument("--episodes", type=int, default=20, help="evaluation episodes per mode")
     parser.add_argument("--source", type=Path, default=None, help="a trained Hopper run to record the dataset from")
@@ -107,13 +117,25 @@ def main() -> int:
         "--eval-seed", type=int, default=10_000, help="with --evaluate: env seed base (plus the run's seed)"
     )
     parser.add_argument("--out", type=Path, default=None, help="write the records as JSON")
-    args = parser.parse_args()
+    smoke = {
+        "seeds": [0],
+        "budget": 128,
+        "episodes": 1,
+        "source_steps": 512,
+        "dataset_episodes": 2,
+        "bc_epochs": 1,
+        "at": [64],
+    }
+    args = parse_smoke_args(parser, smoke=smoke)
     if args.evaluate:
         return evaluate_runs(args.evaluate, args.episodes, tuple(args.eval_set), args.eval_seed)
     if WARM_CRITICS & set(args.kinds) and (len(args.init_critic_from) != len(args.seeds) or args.dataset_root is None):
         parser.error("--kinds qgf/expo need --dataset-root and one --init-critic-from run per seed")
-    print(f"finetune_hopper {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
-          f"{' '.join(sys.argv[1:]) or '(defaults)'}", flush=True)  # fmt: skip
+    print(
+        f"finetune_hopper {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
+        f"{' '.join(sys.argv[1:]) or '(defaults)'}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as temporary:
         root = args.root or Path(temporary)
         common = [f"log.run_root={root}/runs", "log.progress=false", "log.eval_episodes=0"]
@@ -126,8 +148,15 @@ def main() -> int:
             )
             print(f"source: PPO {args.source_steps} steps in {seconds:.0f} s: {source}", flush=True)
         if args.dataset_root is None:
-            data = collect("hopper/medium", args.dataset_episodes, run_dir=source, action_noise=args.action_noise,
-                           root=root / "datasets", force=True, progress=False)  # fmt: skip
+            data = collect(
+                "hopper/medium",
+                args.dataset_episodes,
+                run_dir=source,
+                action_noise=args.action_noise,
+                root=root / "datasets",
+                force=True,
+                progress=False,
+            )
             print(data.summary(), flush=True)
             common.append(f"algo.dataset_root={root / 'datasets'}")
         bc_extra = [f"algo.epochs={args.bc_epochs}"] if args.bc_epochs > 0 else []
@@ -138,19 +167,35 @@ def main() -> int:
                 if kind in WARM_CRITICS:
                     ft_extra = [f"init_critic_from={args.init_critic_from[index]}", "algo.loop.offline_updates=0",
                                 f"algo.loop.dataset_root={args.dataset_root}"]  # fmt: skip
+                if args.smoke:
+                    ft_extra += SMOKE["on_policy" if kind in ("gaussian", "flow", "diffusion") else "off_policy"]
+                shared = [*common[:3], *(SMOKE["networks"] if args.smoke else [])]
                 record = run_kind(
-                    kind, KINDS[kind], seed, common[:3], [*bc_extra, common[3]], ft_extra, args.budget, args.episodes,
-                    return_figures, args.at,
-                )  # fmt: skip
+                    kind,
+                    KINDS[kind],
+                    seed,
+                    shared,
+                    [*bc_extra, common[3]],
+                    ft_extra,
+                    args.budget,
+                    args.episodes,
+                    return_figures,
+                    args.at,
+                )
                 records.append(record)
-                print(f"  seed {seed} {kind:9}: BC det {record['bc']['deterministic']['return']:8.1f} "
-                      f"sto {record['bc']['stochastic']['return']:8.1f} ({record['bc_seconds']:.0f} s) | "
-                      f"fine-tuned det {record['ft']['deterministic']['return']:8.1f} "
-                      f"sto {record['ft']['stochastic']['return']:8.1f} ({record['ft_seconds']:.0f} s)",
-                      flush=True)  # fmt: skip
+                print(
+                    f"  seed {seed} {kind:9}: BC det {record['bc']['deterministic']['return']:8.1f} "
+                    f"sto {record['bc']['stochastic']['return']:8.1f} ({record['bc_seconds']:.0f} s) | "
+                    f"fine-tuned det {record['ft']['deterministic']['return']:8.1f} "
+                    f"sto {record['ft']['stochastic']['return']:8.1f} ({record['ft_seconds']:.0f} s)",
+                    flush=True,
+                )
                 for steps, stage in record["stages"].items():
-                    print(f"    at {steps} ({stage['env_steps']} steps): det {stage['deterministic']['return']:8.1f}"
-                          f" sto {stage['stochastic']['return']:8.1f}", flush=True)  # fmt: skip
+                    print(
+                        f"    at {steps} ({stage['env_steps']} steps): det {stage['deterministic']['return']:8.1f}"
+                        f" sto {stage['stochastic']['return']:8.1f}",
+                        flush=True,
+                    )
                 if args.out:
                     args.out.write_text(json.dumps(records, indent=1))
     print_table(records, ["return"])
@@ -183,8 +228,11 @@ def evaluate_runs(run_dirs: list[Path], episodes: int, overrides: tuple[str, ...
             return 2
         rows = (run_dir / "progress.csv").read_text().split()  # the last logged row: env steps of the checkpoint
         knobs = f", {' '.join(overrides)}" if overrides else ""
-        print(f"{run_dir} (seed {config.seed}, {rows[-1].split(',')[0]} env steps{knobs}): "
-              + " ".join(f"{mode} {figures[mode]['return']:.1f}" for mode in MODES), flush=True)  # fmt: skip
+        print(
+            f"{run_dir} (seed {config.seed}, {rows[-1].split(',')[0]} env steps{knobs}): "
+            + " ".join(f"{mode} {figures[mode]['return']:.1f}" for mode in MODES),
+            flush=True,
+        )
     return 0
 
 

@@ -5,6 +5,7 @@ Shapes: R robots, K kills per run, S rows in the hub, D obs dim.
     .venv/bin/python benchmarks/fleet_faults.py --kills 0 1 3 --seeds 0 1 2
     .venv/bin/python benchmarks/fleet_faults.py --kills 0 3 --seeds 0 --steps-per-robot 200 \
         --set policy.hidden=[32,32] algo.critic_hidden=[32,32] algo.loop.learning_starts=100 algo.loop.batch_size=32
+    .venv/bin/python benchmarks/fleet_faults.py --smoke    # CI: 2 robots, 1 kill, 150 steps each, 32-wide networks
 
 Every run is ``configs/fleet_sac_reach.yaml`` (R = 4 robots, SAC + HER on mujoco/GripperReach) with ``seed``,
 ``fleet.steps_per_robot``, ``fleet.cpus_per_robot``, ``log.eval_episodes=0``, ``log.progress=false``, a temporary
@@ -58,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "fleet_sac_reach.yaml"
 COLUMNS = (("kills", 5), ("seed", 4), ("done", 4), ("killed", 6), ("restarts", 8), ("dead", 4), ("in-flight", 9),
@@ -127,11 +129,17 @@ def scan_hub(hub) -> tuple[int, bool]:
     if steps.numel() == 0:
         return 0, True
     slots = torch.remainder(steps, T)
-    row = {name: t[name][slots, 0] for name in ("obs", "action", "reward", "next_obs", "terminated", "truncated",
-                                                 "episode_id", "episode_start")}  # fmt: skip
+    row = {
+        name: t[name][slots, 0]
+        for name in ("obs", "action", "reward", "next_obs", "terminated", "truncated", "episode_id", "episode_start")
+    }
     robot, version = hub.sampler.robot[slots], hub.sampler.slot_version[slots]  # [S]
-    bad = ~(torch.isfinite(row["obs"]).all(-1) & torch.isfinite(row["action"]).all(-1)
-            & torch.isfinite(row["reward"]) & torch.isfinite(row["next_obs"]).all(-1))  # fmt: skip
+    bad = ~(
+        torch.isfinite(row["obs"]).all(-1)
+        & torch.isfinite(row["action"]).all(-1)
+        & torch.isfinite(row["reward"])
+        & torch.isfinite(row["next_obs"]).all(-1)
+    )
     bad |= robot < 0
     done = row["terminated"] | row["truncated"]  # [S]
     ends = done.nonzero()[:, 0]
@@ -141,9 +149,12 @@ def scan_hub(hub) -> tuple[int, bool]:
     first[1:] = done[:-1]  # [S] the row starts an episode
     episode_bad = torch.zeros(int(seg[-1]) + 1, dtype=torch.bool)
     same = ~first[1:]  # row r+1 continues row r's episode
-    broken = same & ((robot[1:] != robot[:-1]) | (version[1:] != version[:-1])
-                     | (row["episode_id"][1:] != row["episode_id"][:-1])
-                     | (row["obs"][1:] != row["next_obs"][:-1]).any(-1))  # fmt: skip
+    broken = same & (
+        (robot[1:] != robot[:-1])
+        | (version[1:] != version[:-1])
+        | (row["episode_id"][1:] != row["episode_id"][:-1])
+        | (row["obs"][1:] != row["next_obs"][:-1]).any(-1)
+    )
     broken |= first[1:] & (row["episode_id"][1:] != row["episode_id"][:-1] + 1)
     episode_bad[seg[1:][broken]] = True
     start = steps[first][seg]  # [S] first step of each row's episode
@@ -209,13 +220,27 @@ def run_one(args, kills: int, seed: int, root: str) -> dict:
                 inflight += size * min((killed - sent) / median, 1.0)
         corrupted, counters = scan_hub(hub)
         return {
-            **row, "completed": not error, "error": error, "restarts": loop.restarts, "killed": len(killer.killed),
-            "dead": len(loop.dead), "failed_calls": len(calls["failed"]), "inflight_calls": inflight_calls,
-            "held": held, "lost_est": held + round(inflight), "lost_max": held + inflight_calls * steps,
-            "pushed": sum(hub.counters["transitions"]), "env_steps": loop.env_steps, "pending_end": sum(pending),
-            "rejected": hub.counters["rejected_batches"], "corrupted": corrupted, "counters": counters,
-            "stall": stall, "wall": wall, "updates": loop.updates,
-        }  # fmt: skip
+            **row,
+            "completed": not error,
+            "error": error,
+            "restarts": loop.restarts,
+            "killed": len(killer.killed),
+            "dead": len(loop.dead),
+            "failed_calls": len(calls["failed"]),
+            "inflight_calls": inflight_calls,
+            "held": held,
+            "lost_est": held + round(inflight),
+            "lost_max": held + inflight_calls * steps,
+            "pushed": sum(hub.counters["transitions"]),
+            "env_steps": loop.env_steps,
+            "pending_end": sum(pending),
+            "rejected": hub.counters["rejected_batches"],
+            "corrupted": corrupted,
+            "counters": counters,
+            "stall": stall,
+            "wall": wall,
+            "updates": loop.updates,
+        }
     finally:
         loop.close()
 
@@ -224,17 +249,21 @@ def print_row(r: dict) -> None:
     if "restarts" not in r:
         print(f"{r['kills']:>5} {r['seed']:>4} error: {r['error']}", flush=True)
         return
-    print(f"{r['kills']:>5} {r['seed']:>4} {'yes' if r['completed'] else 'no':>4} {r['killed']:>6} "
-          f"{r['restarts']:>8} {r['dead']:>4} {r['inflight_calls']:>9} {r['held']:>5} {r['lost_est']:>8} "
-          f"{r['lost_max']:>8} {r['pushed']:>7} {r['corrupted']:>9} {'ok' if r['counters'] else 'WRONG':>8} "
-          f"{r['stall']:>8.2f} {r['wall']:>7.1f}"
-          + ("" if r["completed"] else f"  ({r['error']})"), flush=True)  # fmt: skip
+    print(
+        f"{r['kills']:>5} {r['seed']:>4} {'yes' if r['completed'] else 'no':>4} {r['killed']:>6} "
+        f"{r['restarts']:>8} {r['dead']:>4} {r['inflight_calls']:>9} {r['held']:>5} {r['lost_est']:>8} "
+        f"{r['lost_max']:>8} {r['pushed']:>7} {r['corrupted']:>9} {'ok' if r['counters'] else 'WRONG':>8} "
+        f"{r['stall']:>8.2f} {r['wall']:>7.1f}" + ("" if r["completed"] else f"  ({r['error']})"),
+        flush=True,
+    )
 
 
 def print_summary(results: list[dict]) -> None:
     print("\nsummary: mean over seeds (completed runs / runs; corrupted rows summed over runs)")
-    header = (f"{'kills':>5} {'completed':>9} {'restarts':>8} {'lost est':>8} {'lost max':>8} {'corrupted':>9} "
-              f"{'stall s':>8} {'wall s':>7}")  # fmt: skip
+    header = (
+        f"{'kills':>5} {'completed':>9} {'restarts':>8} {'lost est':>8} {'lost max':>8} {'corrupted':>9} "
+        f"{'stall s':>8} {'wall s':>7}"
+    )
     print(header + "\n" + "-" * len(header))
     for kills in dict.fromkeys(r["kills"] for r in results):
         rows = [r for r in results if r["kills"] == kills and "restarts" in r]
@@ -246,9 +275,11 @@ def print_summary(results: list[dict]) -> None:
             return sum(r[key] for r in rows) / len(rows)
 
         completed = f"{sum(r['completed'] for r in rows)}/{sum(r['kills'] == kills for r in results)}"
-        print(f"{kills:>5} {completed:>9} {mean('restarts'):>8.2f} "
-              f"{mean('lost_est'):>8.1f} {mean('lost_max'):>8.1f} {sum(r['corrupted'] for r in rows):>9} "
-              f"{mean('stall'):>8.2f} {mean('wall'):>7.1f}")  # fmt: skip
+        print(
+            f"{kills:>5} {completed:>9} {mean('restarts'):>8.2f} "
+            f"{mean('lost_est'):>8.1f} {mean('lost_max'):>8.1f} {sum(r['corrupted'] for r in rows):>9} "
+            f"{mean('stall'):>8.2f} {mean('wall'):>7.1f}"
+        )
 
 
 def main() -> int:
@@ -262,7 +293,15 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before a run counts as failed")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more config overrides")
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
-    args = parser.parse_args()
+    tiny = [
+        "fleet.num_robots=2",
+        "policy.hidden=[32,32]",
+        "algo.critic_hidden=[32,32]",
+        "algo.loop.learning_starts=50",
+        "algo.loop.batch_size=32",
+    ]
+    smoke = {"kills": [1], "steps_per_robot": 150, "jitter": 0.0, "timeout": 120.0, "set": tiny}
+    args = parse_smoke_args(parser, smoke=smoke)
     if min(args.kills) < 0 or args.steps_per_robot < 1 or args.jitter < 0 or args.timeout <= 0:
         parser.error("--kills must be >= 0, --steps-per-robot >= 1, --jitter >= 0 and --timeout > 0")
     import ray
@@ -271,9 +310,12 @@ def main() -> int:
     from robopt.fleet import ray_runtime
     from robopt.fleet.config import FleetConfig
 
-    print(f"fleet_faults {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
-          f"ray {ray.__version__} | python {sys.version.split()[0]} | CPUs {os.cpu_count()} | "
-          f"{' '.join(sys.argv[1:]) or '(defaults)'}", flush=True)  # fmt: skip
+    print(
+        f"fleet_faults {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
+        f"ray {ray.__version__} | python {sys.version.split()[0]} | CPUs {os.cpu_count()} | "
+        f"{' '.join(sys.argv[1:]) or '(defaults)'}",
+        flush=True,
+    )
     print(f"config {CONFIG.name}; steps_per_robot {args.steps_per_robot}; lost = held + in-flight (module doc)")
     print(HEADER + "\n" + "-" * len(HEADER), flush=True)
     results, started = [], False

@@ -4,6 +4,7 @@ Shapes: W workers (robots), L rows of one episode, M recorded transitions, B bat
 
     .venv/bin/python benchmarks/fleet_throughput.py --workers 1 2 4 --seconds 20 --episodes 200 --repeats 5
     .venv/bin/python benchmarks/fleet_throughput.py --workers 1 2 --seconds 2 --episodes 10 --repeats 2 --samples 10
+    .venv/bin/python benchmarks/fleet_throughput.py --smoke    # CI: 1 worker for 1 s, 4 episodes, 1 repeat
 
 Everything uses ``configs/fleet_sac_reach.yaml`` (mujoco/GripperReach, 50-step episodes; ``--set KEY=VALUE``
 changes it) on one local Ray that this script starts (``robopt.fleet.ray_runtime.start``, ``--num-cpus``) and
@@ -38,6 +39,7 @@ import time
 from pathlib import Path
 
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "fleet_sac_reach.yaml"
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
@@ -96,9 +98,17 @@ def intake(args, config, probe, count: int) -> dict:
         wall = time.perf_counter() - begin
     finally:
         stop_workers(workers)
-    return {"workers": count, "calls": calls, "episodes": episodes, "transitions": pushed, "wall": wall,
-            "rate": pushed / wall, "push": push_s / wall, "get": get_s / wall,
-            "rejected": hub.counters["rejected_batches"]}  # fmt: skip
+    return {
+        "workers": count,
+        "calls": calls,
+        "episodes": episodes,
+        "transitions": pushed,
+        "wall": wall,
+        "rate": pushed / wall,
+        "push": push_s / wall,
+        "get": get_s / wall,
+        "rejected": hub.counters["rejected_batches"],
+    }
 
 
 def record(args, config) -> list[dict]:
@@ -178,9 +188,23 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=256, help="B of the sample calls")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the driver")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more config overrides")
-    args = parser.parse_args()
-    if min(*args.workers, args.collect_steps, args.episodes, args.repeats, args.samples, args.batch_size,
-           args.threads) < 1 or args.seconds <= 0 or args.cpus_per_robot <= 0:  # fmt: skip
+    smoke = {
+        "workers": [1],
+        "seconds": 1.0,
+        "collect_steps": 50,
+        "episodes": 4,
+        "repeats": 1,
+        "samples": 2,
+        "batch_size": 32,
+        "set": ["algo.loop.batch_size=32"],
+    }
+    args = parse_smoke_args(parser, smoke=smoke)
+    if (
+        min(*args.workers, args.collect_steps, args.episodes, args.repeats, args.samples, args.batch_size, args.threads)
+        < 1
+        or args.seconds <= 0
+        or args.cpus_per_robot <= 0
+    ):
         parser.error("counts must be >= 1, --seconds and --cpus-per-robot > 0")
     import ray
 
@@ -195,25 +219,34 @@ def main() -> int:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         usable = os.cpu_count()
-    print(f"fleet_throughput {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
-          f"ray {ray.__version__} | python {sys.version.split()[0]} | CPUs {os.cpu_count()} ({usable} usable) | "
-          f"torch threads {torch.get_num_threads()} | {' '.join(sys.argv[1:]) or '(defaults)'}")  # fmt: skip
+    print(
+        f"fleet_throughput {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
+        f"ray {ray.__version__} | python {sys.version.split()[0]} | CPUs {os.cpu_count()} ({usable} usable) | "
+        f"torch threads {torch.get_num_threads()} | {' '.join(sys.argv[1:]) or '(defaults)'}"
+    )
     started, probe = False, None
     try:
         config = load_config(CONFIG, args.set)
         probe = build_env(config, num_envs=1, **robot_env_kwargs(config, 0))
         started = ray_runtime.start(FleetConfig(num_cpus=args.num_cpus), max(args.workers) * args.cpus_per_robot)
-        print(f"\n(a) hub intake: {config.env.id}, random actions, {args.collect_steps} env steps per call, one call "
-              f"in flight per worker, {args.seconds:g} s after a warm-up call each, {args.cpus_per_robot:g} CPU "
-              f"per worker, local Ray with {ray.cluster_resources().get('CPU', 0):g} CPUs")  # fmt: skip
-        header = (f"{'workers':>7} {'calls':>6} {'episodes':>8} {'transitions':>11} {'wall s':>7} {'trans/s':>9} "
-                  f"{'per worker':>10} {'push %':>7} {'get %':>6} {'rejected':>8}")  # fmt: skip
+        print(
+            f"\n(a) hub intake: {config.env.id}, random actions, {args.collect_steps} env steps per call, one call "
+            f"in flight per worker, {args.seconds:g} s after a warm-up call each, {args.cpus_per_robot:g} CPU "
+            f"per worker, local Ray with {ray.cluster_resources().get('CPU', 0):g} CPUs"
+        )
+        header = (
+            f"{'workers':>7} {'calls':>6} {'episodes':>8} {'transitions':>11} {'wall s':>7} {'trans/s':>9} "
+            f"{'per worker':>10} {'push %':>7} {'get %':>6} {'rejected':>8}"
+        )
         print(header + "\n" + "-" * len(header), flush=True)
         for count in args.workers:
             r = intake(args, config, probe, count)
-            print(f"{r['workers']:>7} {r['calls']:>6} {r['episodes']:>8} {r['transitions']:>11} {r['wall']:>7.2f} "
-                  f"{r['rate']:>9.1f} {r['rate'] / count:>10.1f} {100 * r['push']:>7.2f} {100 * r['get']:>6.2f} "
-                  f"{r['rejected']:>8}", flush=True)  # fmt: skip
+            print(
+                f"{r['workers']:>7} {r['calls']:>6} {r['episodes']:>8} {r['transitions']:>11} {r['wall']:>7.2f} "
+                f"{r['rate']:>9.1f} {r['rate'] / count:>10.1f} {100 * r['push']:>7.2f} {100 * r['get']:>6.2f} "
+                f"{r['rejected']:>8}",
+                flush=True,
+            )
         episodes = record(args, config)
         result = costs(args, config, probe, episodes)
     except (ConfigError, ValueError) as error:
@@ -225,9 +258,11 @@ def main() -> int:
         ray_runtime.shutdown(started)
     total = sum(e["obs"].shape[0] for e in episodes)
     loop = config.algo.loop
-    print(f"\n(b) write and sample cost: {len(episodes)} recorded episodes, {total} transitions, capacity "
-          f"{max(total, args.batch_size)}; transforms: her_strategy={loop.her_strategy} her_k={loop.her_k} "
-          f"n_step={loop.n_step}; median [min .. max] over {args.repeats} repeats")  # fmt: skip
+    print(
+        f"\n(b) write and sample cost: {len(episodes)} recorded episodes, {total} transitions, capacity "
+        f"{max(total, args.batch_size)}; transforms: her_strategy={loop.her_strategy} her_k={loop.her_k} "
+        f"n_step={loop.n_step}; median [min .. max] over {args.repeats} repeats"
+    )
     print(f"{'write':<52} {'us/transition':>13}")
     print(f"{'(i)   hub.push, whole episodes (checked, tagged)':<52} {spread(result['push'])}")
     print(f"{'(ii)  ReplayBuffer.extend, one step [1, ...] per call':<52} {spread(result['extend'])}")

@@ -26,6 +26,7 @@ instead (``robopt.evaluation.load_policy``; the other kinds stay random, of the 
     .venv/bin/python benchmarks/flow_latency.py --policies diffusion --ddim-steps 5 10 --denoising-steps 20
     .venv/bin/python benchmarks/flow_latency.py --obs-dim 17 --action-dim 6 --hidden 64 64 --integrator heun
     .venv/bin/python benchmarks/flow_latency.py --run-dir runs/fpo_pendulum/<timestamp> --steps 1 5 10
+    .venv/bin/python benchmarks/flow_latency.py --smoke    # CI: every kind at 1 step, eager and TorchScript
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 from robopt.policies import DiffusionPolicy, FlowPolicy, GaussianPolicy
 from robopt.policies.diffusion import DiffusionPolicyConfig
@@ -48,6 +50,7 @@ from robopt.sim2real.export import export_onnx, quiet  # the exporters, silenced
 
 ROUNDS = 10
 KINDS = ("flow", "diffusion", "fql", "qgf", "expo")
+RUNTIMES = ("eager", "torchscript", "onnxruntime")
 
 
 def with_steps(policy: FlowPolicy, steps: int, integrator: str | None) -> FlowPolicy:
@@ -117,8 +120,10 @@ def sizes(flow: FlowPolicy, diffusion: DiffusionPolicy, gaussian: GaussianPolicy
         parts.append(f"flow velocity {network(velocity)}, E {e} ({parameters(velocity)} params)")
     if "diffusion" in kinds:
         denoiser, c = diffusion.denoiser, diffusion.config
-        parts.append(f"diffusion noise {network(denoiser.net)}, E {c.time_embedding}, K {c.denoising_steps}, "
-                     f"H {c.horizon} ({parameters(denoiser)} params)")  # fmt: skip
+        parts.append(
+            f"diffusion noise {network(denoiser.net)}, E {c.time_embedding}, K {c.denoising_steps}, "
+            f"H {c.horizon} ({parameters(denoiser)} params)"
+        )
     parts.append(f"gaussian mean {network(gaussian.mean_net)} ({parameters(gaussian.mean_net)} params)")
     return "; ".join(parts)
 
@@ -202,8 +207,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200, help="untimed calls per runner first")
     parser.add_argument("--threads", type=int, default=1, help="torch and ONNX Runtime intra-op threads")
     parser.add_argument("--optimize", action="store_true", help="torch.jit.optimize_for_inference after freeze")
+    parser.add_argument("--runtimes", nargs="+", choices=RUNTIMES, default=list(RUNTIMES), help="eager always runs")
     parser.add_argument("--run-dir", type=Path, default=None, help="time this run's policy instead of a random one")
-    args = parser.parse_args()
+    smoke = {"steps": [1], "ddim_steps": [1], "repeats": 10, "warmup": 1, "runtimes": ["eager", "torchscript"]}
+    args = parse_smoke_args(parser, smoke=smoke)
     if min(args.steps + args.ddim_steps) < 1 or args.repeats < 1 or args.threads < 1:
         parser.error("--steps, --ddim-steps, --repeats and --threads must be >= 1")
     torch.set_num_threads(args.threads)
@@ -232,8 +239,10 @@ def main() -> None:
     runners, differences = {}, {}
     with tempfile.TemporaryDirectory() as directory:
         for label, module in rows:
-            kinds = {"eager": eager_runner(module, obs), "torchscript": torchscript_runner(module, obs, args.optimize)}
-            if has_onnx:
+            kinds = {"eager": eager_runner(module, obs)}
+            if "torchscript" in args.runtimes:
+                kinds["torchscript"] = torchscript_runner(module, obs, args.optimize)
+            if has_onnx and "onnxruntime" in args.runtimes:
                 path = Path(directory) / f"{label.replace(' ', '_')}.onnx"
                 kinds["onnxruntime"] = onnx_runner(module, obs, path, args.threads)
             for kind, (run, call) in kinds.items():
@@ -242,10 +251,12 @@ def main() -> None:
         timings = time_runners(runners, args.repeats, args.warmup)
 
     integrator = f"integrator {args.integrator or flow.config.integrator}; " if "flow" in args.policies else ""
-    print(f"{source}; {integrator}threads {args.threads}; {args.repeats} calls per row after "
-          f"{args.warmup} warm-up; torch {torch.__version__}")  # fmt: skip
+    print(
+        f"{source}; {integrator}threads {args.threads}; {args.repeats} calls per row after "
+        f"{args.warmup} warm-up; torch {torch.__version__}"
+    )
     print(f"networks: {sizes(flow, diffusion, gaussian, args.policies)}")
-    if not has_onnx:
+    if not has_onnx and "onnxruntime" in args.runtimes:
         print("onnxruntime rows skipped: pip install 'robopt[export]'")
     header = f"{'policy':<12} {'runtime':<12} {'median us':>10} {'p90 us':>10} {'x gaussian':>11} {'max |diff|':>11}"
     print(header)

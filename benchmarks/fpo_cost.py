@@ -23,7 +23,8 @@ loss_M), and one line "FPO cost = ..." names what dominates the extra time. Torc
 simulator steps on its own threads (``env.kwargs.num_threads``, default 2).
 
     .venv/bin/python benchmarks/fpo_cost.py --steps 1 5 10 --draws 1 4 8 --repeats 100 --threads 1
-    .venv/bin/python benchmarks/fpo_cost.py --repeats 5 --iterations 1    # smoke run
+    .venv/bin/python benchmarks/fpo_cost.py --repeats 5 --iterations 1    # a short run at the configs' sizes
+    .venv/bin/python benchmarks/fpo_cost.py --smoke    # CI: K 1 and M 1 beside the config's, 8 envs x 8 steps
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 from robopt.algorithms import ALGORITHMS
 from robopt.algorithms.kinds import build_critic
@@ -259,8 +261,10 @@ def print_rates(shape: Shape, models: dict, measured: dict) -> dict[str, tuple[f
     """Model and measured ms per iteration and env steps/s for both configs; returns the steps/s pairs."""
     per_iteration = shape.horizon * shape.num_envs
     minibatches = shape.updates // shape.epochs
-    print(f"\nper iteration: T={shape.horizon} x N={shape.num_envs} = {per_iteration} env steps; {shape.epochs} "
-          f"epochs x {minibatches} minibatches of {shape.minibatch} = {shape.updates} update steps")  # fmt: skip
+    print(
+        f"\nper iteration: T={shape.horizon} x N={shape.num_envs} = {per_iteration} env steps; {shape.epochs} "
+        f"epochs x {minibatches} minibatches of {shape.minibatch} = {shape.updates} update steps"
+    )
     print(f"{'':6}{'model ms':>10}{'measured ms':>13}{'model steps/s':>15}{'measured steps/s':>18}")
     rates = {}
     for key in ("ppo", "fpo"):
@@ -268,8 +272,10 @@ def print_rates(shape: Shape, models: dict, measured: dict) -> dict[str, tuple[f
         rates[key] = (model_rate, measured_rate)
         line = f"{key.upper():<6}{models[key]:10.1f}{1e3 * measured[key]:13.1f}{model_rate:15.0f}{measured_rate:18.0f}"
         print(line)
-    print(f"FPO/PPO env steps/s: model {rates['fpo'][0] / rates['ppo'][0]:.3f}, "
-          f"measured {rates['fpo'][1] / rates['ppo'][1]:.3f}")  # fmt: skip
+    print(
+        f"FPO/PPO env steps/s: model {rates['fpo'][0] / rates['ppo'][0]:.3f}, "
+        f"measured {rates['fpo'][1] / rates['ppo'][1]:.3f}"
+    )
     return rates
 
 
@@ -290,8 +296,15 @@ def print_grid(t: dict, shape: Shape, steps: list[int], draws: list[int], ppo_ra
 
 def report(t: dict, fpo: OnPolicyLoop, measured: dict, steps: list[int], draws: list[int]) -> None:
     config = fpo.algorithm.config
-    shape = Shape(fpo.env.num_envs, fpo.rollout.num_steps, update_count(fpo), config.epochs, config.minibatch_size,
-                  fpo.policy.config.steps, fpo.policy.config.draws)  # fmt: skip
+    shape = Shape(
+        fpo.env.num_envs,
+        fpo.rollout.num_steps,
+        update_count(fpo),
+        config.epochs,
+        config.minibatch_size,
+        fpo.policy.config.steps,
+        fpo.policy.config.draws,
+    )
     models = {"ppo": iteration_model(t, "gaussian", "ppo", shape.horizon, shape.updates),
               "fpo": iteration_model(t, shape.steps_k, shape.draws_m, shape.horizon, shape.updates)}  # fmt: skip
     print_table(component_rows(t, shape, models, measured, steps, draws), measured)
@@ -310,19 +323,28 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10, help="untimed calls per component first")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--iterations", type=int, default=3, help="timed loop.iteration() calls per config")
-    args = parser.parse_args()
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides of both configs")
+    tiny = [
+        "env.num_envs=8",
+        "rollout.num_steps=8",
+        "algo.minibatch_size=32",
+        "policy.hidden=[32,32]",
+        "critic.hidden=[32,32]",
+    ]
+    smoke = {"steps": [1], "draws": [1], "repeats": 2, "warmup": 1, "iterations": 1, "set": tiny}
+    args = parse_smoke_args(parser, smoke=smoke)
     if min(args.steps) < 1 or min(args.draws) < 1:
         parser.error("--steps and --draws must be >= 1")
     if args.repeats < 1 or args.warmup < 0 or args.threads < 1 or args.iterations < 1:
         parser.error("--repeats, --threads and --iterations must be >= 1, --warmup >= 0")
     torch.set_num_threads(args.threads)
 
-    fpo_config = load_config(FPO_CONFIG)
+    fpo_config = load_config(FPO_CONFIG, args.set)
     steps = sorted({*args.steps, fpo_config.policy.steps})  # the config's K and M are always timed
     draws = sorted({*args.draws, fpo_config.policy.draws})
-    loops = {"ppo": build_loop(PPO_CONFIG, [])}
+    loops = {"ppo": build_loop(PPO_CONFIG, args.set)}
     for m in draws:
-        loops[("fpo", m)] = build_loop(FPO_CONFIG, [f"policy.draws={m}"])
+        loops[("fpo", m)] = build_loop(FPO_CONFIG, [*args.set, f"policy.draws={m}"])
     loops["fpo"] = loops[("fpo", fpo_config.policy.draws)]
     try:
         minibatches = {key: rollout_minibatch(loop) for key, loop in loops.items() if key != "fpo"}
@@ -337,8 +359,10 @@ def main() -> None:
         for key, loop in loops.items():
             if key != "fpo":
                 loop.env.close()
-    print(f"torch {torch.__version__}, {args.threads} torch thread(s); median of {args.repeats} calls after "
-          f"{args.warmup} warm-up; iterations: mean of {args.iterations} after 1 warm-up")  # fmt: skip
+    print(
+        f"torch {torch.__version__}, {args.threads} torch thread(s); median of {args.repeats} calls after "
+        f"{args.warmup} warm-up; iterations: mean of {args.iterations} after 1 warm-up"
+    )
     report(timings, loops["fpo"], measured, steps, draws)
 
 

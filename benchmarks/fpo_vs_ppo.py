@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/fpo_vs_ppo.py                                   # HalfCheetah, 1M steps, seed 0
     .venv/bin/python benchmarks/fpo_vs_ppo.py --steps 200000 --seeds 0 1 2
     .venv/bin/python benchmarks/fpo_vs_ppo.py --ppo configs/ppo_multimodal.yaml --fpo configs/fpo_multimodal.yaml
+    .venv/bin/python benchmarks/fpo_vs_ppo.py --smoke    # CI: one 64-step iteration each, 1 evaluation episode
 
 Each run trains from its config with ``total_steps`` and ``seed`` overridden, then evaluates the deterministic
 policy on fresh envs (``log.eval_episodes`` episodes, seed + 10000). Printed per run and as mean +- std over
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 from robopt.build import resolve_torch_threads
 from robopt.config import ConfigError
@@ -68,7 +70,15 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--override", nargs="*", default=[], help="key=value applied to both configs")
     parser.add_argument("--out", default="", help="write the per-run figures to this JSON file")
-    args = parser.parse_args()
+    tiny = [
+        "env.num_envs=8",
+        "rollout.num_steps=8",
+        "algo.minibatch_size=32",
+        "policy.hidden=[32,32]",
+        "critic.hidden=[32,32]",
+        "log.eval_episodes=1",
+    ]
+    args = parse_smoke_args(parser, smoke={"steps": 64, "override": tiny})
     print(
         f"fpo_vs_ppo {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
         f"{' '.join(sys.argv[1:]) or '(defaults)'} | ppo: {args.ppo} | fpo: {args.fpo} | {args.steps} steps",

@@ -2,7 +2,9 @@
 
     .venv/bin/pip install -e '.[bench]'          # TRL (the benchmark's optional extra; not needed by robopt)
     .venv/bin/python benchmarks/grpo_vs_trl.py --seeds 0 1 2
-    .venv/bin/python benchmarks/grpo_vs_trl.py --seeds 0 --budget 512 --sft-examples 500 --sft-epochs 2  # smoke
+    .venv/bin/python benchmarks/grpo_vs_trl.py --seeds 0 --budget 512 --sft-examples 500 --sft-epochs 2  # short
+    .venv/bin/python benchmarks/grpo_vs_trl.py --smoke    # CI: one 128-completion generation each (robopt alone
+                                                          # where TRL is not installed, as in the dev venv)
 
 Per seed, interleaved (robopt then TRL, one seed after the other, one process, ``--threads`` torch threads each):
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import importlib.util
 import io
 import random
 import sys
@@ -46,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from finetune_common import mean_std, quiet_train  # noqa: E402
 from grpo_family import sft_dataset  # noqa: E402
 from lora_vs_full import timed  # noqa: E402
+from smoke import parse_smoke_args  # noqa: E402
 
 from robopt.build import build_env, evaluation_env_options  # noqa: E402
 from robopt.evaluation import evaluate_policy, evaluate_run, load_policy  # noqa: E402
@@ -116,8 +120,9 @@ def run_robopt(sft_dir: Path, common: list[str], budget: int) -> tuple[dict, Pat
     OnPolicyLoop.collect = timed(seconds, "generation", OnPolicyLoop.collect)
     PPO.update = timed(seconds, "update", PPO.update)
     try:
-        run_dir, _ = quiet_train(CONFIGS / "grpo_addition.yaml", [*common, f"total_steps={budget}",
-                                                                  f"init_from={sft_dir}"])  # fmt: skip
+        run_dir, _ = quiet_train(
+            CONFIGS / "grpo_addition.yaml", [*common, f"total_steps={budget}", f"init_from={sft_dir}"]
+        )
     finally:
         OnPolicyLoop.iteration, OnPolicyLoop.collect, PPO.update = originals
     return dict(seconds), run_dir
@@ -143,19 +148,47 @@ def run_trl(sft_dir: Path, work: Path, seed: int, budget: int, threads: int):
         return [exact_match(completion, by_key[k]) for completion, k in zip(completions, key)]
 
     args = GRPOConfig(
-        output_dir=str(work / "trl"), seed=seed, use_cpu=True, bf16=False, fp16=False, report_to="none",
-        save_strategy="no", logging_steps=10**6, disable_tqdm=True, dataloader_num_workers=0,
-        per_device_train_batch_size=MINIBATCH, gradient_accumulation_steps=1, steps_per_generation=2,
-        num_generations=GROUP, num_iterations=1, max_steps=budget // MINIBATCH, shuffle_dataset=False,
-        max_completion_length=8, temperature=1.0, top_p=1.0, top_k=0,
+        output_dir=str(work / "trl"),
+        seed=seed,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=10**6,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        per_device_train_batch_size=MINIBATCH,
+        gradient_accumulation_steps=1,
+        steps_per_generation=2,
+        num_generations=GROUP,
+        num_iterations=1,
+        max_steps=budget // MINIBATCH,
+        shuffle_dataset=False,
+        max_completion_length=8,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
         generation_kwargs={"suppress_tokens": [PAD, BOS]},
-        beta=0.04, epsilon=0.2, loss_type="grpo", scale_rewards="group",
-        learning_rate=5e-5, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, adam_epsilon=1e-5,
+        beta=0.04,
+        epsilon=0.2,
+        loss_type="grpo",
+        scale_rewards="group",
+        learning_rate=5e-5,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        adam_epsilon=1e-5,
         max_grad_norm=1.0,
-    )  # fmt: skip
+    )
     torch.set_num_threads(threads)
-    trainer = GRPOTrainer(model=model, reward_funcs=exact_match_reward, args=args, train_dataset=dataset,
-                          processing_class=hf_byte_tokenizer())  # fmt: skip
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=exact_match_reward,
+        args=args,
+        train_dataset=dataset,
+        processing_class=hf_byte_tokenizer(),
+    )
     seconds: dict[str, float] = defaultdict(float)
     trainer._generate_and_score_completions = timed(seconds, "generation", trainer._generate_and_score_completions)
     start = time.perf_counter()
@@ -185,21 +218,28 @@ def main() -> int:
     parser.add_argument("--sft-examples", type=int, default=4000)
     parser.add_argument("--sft-epochs", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2, help="torch threads of both runs")
-    args = parser.parse_args()
+    smoke = {"seeds": [0], "budget": 128, "episodes": 16, "sft_examples": 64, "sft_epochs": 1, "threads": 1}
+    args = parse_smoke_args(parser, smoke=smoke)
     if args.budget < GROUP * PROMPTS or args.budget % (GROUP * PROMPTS):
         parser.error(f"--budget must be a positive multiple of {GROUP * PROMPTS}, got {args.budget}")
-    import datasets
     import transformers
-    import trl  # fail early, before the warm starts, when the extra is missing
 
+    peer = not args.smoke or all(importlib.util.find_spec(name) for name in ("trl", "datasets"))
+    if peer:
+        import datasets
+        import trl  # fail early, before the warm starts, when the extra is missing
+
+        datasets.disable_progress_bars()
     transformers.logging.set_verbosity_error()  # deprecation notes and weight-loading bars of transformers 5
     transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
     warnings.filterwarnings("ignore", category=FutureWarning)
 
-    print(f"grpo_vs_trl {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
-          f"transformers {transformers.__version__} | trl {trl.__version__} | {' '.join(sys.argv[1:]) or '(defaults)'}",
-          flush=True)  # fmt: skip
+    versions = f"trl {trl.__version__}" if peer else "trl not installed: --smoke runs robopt's side alone"
+    print(
+        f"grpo_vs_trl {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
+        f"transformers {transformers.__version__} | {versions} | {' '.join(sys.argv[1:]) or '(defaults)'}",
+        flush=True,
+    )
     rows = []
     with tempfile.TemporaryDirectory() as temporary:
         root = Path(temporary)
@@ -208,36 +248,60 @@ def main() -> int:
             dataset = sft_dataset(data, args.sft_examples, 0.2, seed)
             common = [f"log.run_root={root}/runs", "log.progress=false", "log.eval_episodes=0", f"seed={seed}",
                       f"torch_threads={args.threads}"]  # fmt: skip
-            sft_dir, _ = quiet_train(CONFIGS / "sft_addition.yaml", [
-                *common, f"algo.dataset={dataset}", f"algo.dataset_root={data}", f"algo.epochs={args.sft_epochs}",
-            ])  # fmt: skip
+            sft_dir, _ = quiet_train(
+                CONFIGS / "sft_addition.yaml",
+                [
+                    *common,
+                    f"algo.dataset={dataset}",
+                    f"algo.dataset_root={data}",
+                    f"algo.epochs={args.sft_epochs}",
+                ],
+            )
             sft = evaluate_run(sft_dir, args.episodes).success_rate
             ours, run_dir = run_robopt(sft_dir, common, args.budget)
             ours["accuracy"] = evaluate_run(run_dir, args.episodes).success_rate
-            theirs, model = run_trl(sft_dir, root / f"trl{seed}", seed, args.budget, args.threads)
-            theirs["accuracy"] = heldout_accuracy(sft_dir, model, args.episodes)
-            for name, row in (("robopt", ours), ("trl", theirs)):
-                row.update(seed=seed, name=name, sft=sft, compl_s=args.budget / row["train"],
-                           step_s=row["update"] / (args.budget // MINIBATCH))  # fmt: skip
-                print(f"  seed {seed} {name:6}: train {row['train']:7.1f} s (generation {row['generation']:6.1f} s, "
-                      f"rest {row['train'] - row['generation']:6.1f} s) | {row['compl_s']:7.1f} completions/s | "
-                      f"update {1000 * row['step_s']:6.1f} ms/step | held-out accuracy {sft:.3f} -> "
-                      f"{row['accuracy']:.3f}", flush=True)  # fmt: skip
-            rows += [ours, theirs]
+            pair = [("robopt", ours)]
+            if peer:
+                theirs, model = run_trl(sft_dir, root / f"trl{seed}", seed, args.budget, args.threads)
+                theirs["accuracy"] = heldout_accuracy(sft_dir, model, args.episodes)
+                pair.append(("trl", theirs))
+            for name, row in pair:
+                row.update(
+                    seed=seed,
+                    name=name,
+                    sft=sft,
+                    compl_s=args.budget / row["train"],
+                    step_s=row["update"] / (args.budget // MINIBATCH),
+                )
+                print(
+                    f"  seed {seed} {name:6}: train {row['train']:7.1f} s (generation {row['generation']:6.1f} s, "
+                    f"rest {row['train'] - row['generation']:6.1f} s) | {row['compl_s']:7.1f} completions/s | "
+                    f"update {1000 * row['step_s']:6.1f} ms/step | held-out accuracy {sft:.3f} -> "
+                    f"{row['accuracy']:.3f}",
+                    flush=True,
+                )
+                rows.append(row)
+    print_table(rows)
+    return 0
+
+
+def print_table(rows: list[dict]) -> None:
+    """Mean +- std over seeds per library, then robopt / TRL throughput per seed (when TRL ran)."""
     print(f"\n{'':8} {'completions/s':>16} {'generation s':>16} {'update ms/step':>16} {'held-out acc':>14}")
-    for name in ("robopt", "trl"):
+    for name in dict.fromkeys(row["name"] for row in rows):
         mine = [row for row in rows if row["name"] == name]
         print(
             f"{name:8} {mean_std([r['compl_s'] for r in mine]):>16} {mean_std([r['generation'] for r in mine]):>16} "
             f"{mean_std([1000 * r['step_s'] for r in mine]):>16} {mean_std([r['accuracy'] for r in mine]):>14}"
         )
-    ratios = [ours["compl_s"] / theirs["compl_s"] for ours, theirs in zip(rows[0::2], rows[1::2])]
     pairs = list(zip(rows[0::2], rows[1::2]))
+    if not pairs or pairs[0][1]["name"] != "trl":
+        return
+    ratios = [ours["compl_s"] / theirs["compl_s"] for ours, theirs in pairs]
     print(
         f"robopt / TRL throughput: {mean_std(ratios)} (per seed: {', '.join(f'{r:.2f}' for r in ratios)}); "
         f"warm start accuracy {mean_std([a['sft'] for a, _ in pairs])}"
     )
-    return 0
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/her.py --task push --seeds 0 1 2 --steps 60000    # no HER, HER, HER + PER
     .venv/bin/python benchmarks/her.py --task push --variants her her_per --threshold 0.5
     .venv/bin/python benchmarks/her.py --task push_fast --seeds 0 1 2 3 4 --steps 100000 --threshold 0.5 0.9
+    .venv/bin/python benchmarks/her.py --smoke    # CI: reach, 300 steps per variant, tiny networks, 2 episodes
 
 Each run trains the task's config (configs/sac_her_reach.yaml, sac_her_push.yaml, sac_her_per_push.yaml;
 ``push_fast``: sac_her_push_fast.yaml, its PER variant by overrides) with ``seed`` and ``total_steps``
@@ -13,7 +14,8 @@ the budget, the final deterministic success rate (``log.eval_episodes`` fresh ep
 which the training success rate first reaches each ``--threshold`` (the mean over two consecutive logged
 iterations; runs that never reach it count as the budget and are marked), each with the 95% percentile-bootstrap
 interval of the mean over seeds (``robopt.sweeps.report.interval``). Curves (mean and min-max over seeds) go to
-``--out``. The figures are learning results, not timings: other processes may run meanwhile.
+``--out`` (with ``--smoke`` and no ``--out``: a temporary file). ``--set`` adds overrides to every run. The
+figures are learning results, not timings: other processes may run meanwhile.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 from robopt.experiment import load_config
 from robopt.logging import read_progress
@@ -55,8 +58,17 @@ def steps_to_threshold(steps: list[float], success: list[float], threshold: floa
 
 
 def run(config: str, overrides: list[str], seed: int, steps: int, root: str, name: str) -> dict:
-    cfg = load_config(config, [*overrides, f"seed={seed}", f"total_steps={steps}", f"log.run_root={root}",
-                               "log.progress=false", f"name={name}"])  # fmt: skip
+    cfg = load_config(
+        config,
+        [
+            *overrides,
+            f"seed={seed}",
+            f"total_steps={steps}",
+            f"log.run_root={root}",
+            "log.progress=false",
+            f"name={name}",
+        ],
+    )
     return read_run(train(cfg).run_dir)
 
 
@@ -111,11 +123,25 @@ def main() -> None:
     )
     parser.add_argument("--threshold", type=float, nargs="+", default=[0.5], help="training success rates to time")
     parser.add_argument("--out", type=Path, default=None, help="curves PNG (default: her_<task>.png)")
-    parser.add_argument("--root", type=Path, default=None,
-                        help="keep the runs in ROOT/<task>_<variant>/ (default: a temporary directory)")  # fmt: skip
-    parser.add_argument("--report-only", action="store_true",
-                        help="train nothing: report the finished runs under --root")  # fmt: skip
-    args = parser.parse_args()
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="keep the runs in ROOT/<task>_<variant>/ (default: a temporary directory)",
+    )
+    parser.add_argument(
+        "--report-only", action="store_true", help="train nothing: report the finished runs under --root"
+    )
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides of every run")
+    tiny = [
+        "algo.loop.learning_starts=200",
+        "algo.loop.batch_size=32",
+        "algo.loop.iteration_steps=100",
+        "policy.hidden=[32,32]",
+        "algo.critic_hidden=[32,32]",
+        "log.eval_episodes=2",
+    ]
+    args = parse_smoke_args(parser, smoke={"task": "reach", "seeds": [0], "steps": 300, "set": tiny})
     if args.report_only and args.root is None:
         parser.error("--report-only reads the runs of --root: give --root")
     variants = args.variants or list(VARIANTS[args.task])
@@ -134,11 +160,15 @@ def main() -> None:
         for seed in () if args.report_only else args.seeds:  # seed-major: a partial run still compares the variants
             for name in variants:
                 config, overrides = VARIANTS[args.task][name]
-                results[name].append(run(config, overrides, seed, steps, str(root), f"{args.task}_{name}"))
+                record = run(config, [*overrides, *args.set], seed, steps, str(root), f"{args.task}_{name}")
+                results[name].append(record)
                 curve = results[name][-1]["curve"]
-                print(f"{args.task} {name} seed {seed}: final training success {curve[1][-1]:.2f}, "
-                      f"eval {results[name][-1]['eval_success']:.2f}", flush=True)  # fmt: skip
-        out = args.out or Path(f"her_{args.task}.png")
+                print(
+                    f"{args.task} {name} seed {seed}: final training success {curve[1][-1]:.2f}, "
+                    f"eval {results[name][-1]['eval_success']:.2f}",
+                    flush=True,
+                )
+        out = args.out or (Path(temporary) if args.smoke else Path()) / f"her_{args.task}.png"
         runs = [r["run_dir"] for name in variants for r in results[name]]
         labels = [name for name in variants for _ in results[name]]
         plot_runs(runs, out, metric="success_rate", labels=labels)

@@ -2,6 +2,7 @@
 driven by a scripted /cmd_vel, against the same policy and commands in process.
 
     python benchmarks/legged_hil.py RUN_DIR [--latency-ms 10] [--loss 0.01] [--segment-s 5]
+    python benchmarks/legged_hil.py --smoke    # CI: a 32-step stand-in run, 0.5 s per command
 
 The run (a robot from its description, e.g. a ``benchmarks/quadruped_tracking.py`` seed) is exported (ONNX, checked
 against torch). ``robopt sim-robot`` serves its config (one robot, the episode and the command resampling made long
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = [  # (vx, vy, yaw rate): forward, back, sideways, turning, combined, standing
@@ -126,31 +128,64 @@ def over_ros2(config: Path, export_dir: Path, segment_s: float, latency_ms: floa
     finally:
         stop.set()
         server.kill()
-    line = re.search(r"tracking /cmd_vel over (\d+) steps: velocity error steady ([\d.]+) / all ([\d.]+) m/s, "
-                     r"yaw-rate error steady ([\d.]+) / all ([\d.]+) rad/s, falls (\d+)", output)  # fmt: skip
+    number = r"([\d.]+|nan)"  # nan: no step was steady (every segment shorter than the settle time)
+    line = re.search(
+        rf"tracking /cmd_vel over (\d+) steps: velocity error steady {number} / all {number} m/s, "
+        rf"yaw-rate error steady {number} / all {number} rad/s, falls (\d+)",
+        output,
+    )
     if line is None:
         raise SystemExit(f"the simulated robot printed no tracking line:\n{output[-3000:]}")
     steps, vs, va, ys, ya, falls = line.groups()
     counters = summary["counters"]
-    return {"vel_steady": float(vs), "vel_all": float(va), "yaw_steady": float(ys), "yaw_all": float(ya),
-            "falls": int(falls), "steps": int(steps), "ticks": summary["ticks"], "rate_hz": summary["rate_hz"],
-            "stale": counters.get("stale", 0), "safe_action": counters.get("safe_action", 0),
-            "clamped": counters.get("clamped", 0)}  # fmt: skip
+    return {
+        "vel_steady": float(vs),
+        "vel_all": float(va),
+        "yaw_steady": float(ys),
+        "yaw_all": float(ya),
+        "falls": int(falls),
+        "steps": int(steps),
+        "ticks": summary["ticks"],
+        "rate_hz": summary["rate_hz"],
+        "stale": counters.get("stale", 0),
+        "safe_action": counters.get("safe_action", 0),
+        "clamped": counters.get("clamped", 0),
+    }
+
+
+def smoke_run(root: Path) -> Path:
+    """``--smoke``'s stand-in for a trained quadruped: one 32-step iteration of small networks (no --smoke figure
+    means anything)."""
+    import contextlib
+    import io
+
+    from quadruped_tracking import TINY
+
+    from robopt.experiment import load_config
+    from robopt.runner import train
+
+    overrides = [*TINY, "total_steps=32", f"log.run_root={root}", "log.progress=false", "log.eval_episodes=0"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        config = load_config(ROOT / "configs" / "ppo_quadruped_velocity.yaml", overrides)
+        return train(config, progress=False).run_dir
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("run_dir", type=Path, nargs="?", help="a trained quadruped run (required but with --smoke)")
     parser.add_argument("--latency-ms", type=float, default=10.0)
     parser.add_argument("--loss", type=float, default=0.01)
     parser.add_argument("--segment-s", type=float, default=5.0)
-    args = parser.parse_args()
+    args = parse_smoke_args(parser, smoke={"segment_s": 0.5})
+    if args.run_dir is None and not args.smoke:
+        parser.error("the following arguments are required: run_dir")
     from robopt.sim2real.export import export_run
 
     with tempfile.TemporaryDirectory() as scratch:
-        report = export_run(args.run_dir, out_dir=Path(scratch) / "export")
+        run_dir = args.run_dir or smoke_run(Path(scratch) / "runs")
+        report = export_run(run_dir, out_dir=Path(scratch) / "export")
         print(f"exported, parity max difference {max(report.max_difference.values()):.2e}", flush=True)
-        config = long_config(args.run_dir, Path(scratch))
+        config = long_config(run_dir, Path(scratch))
         local = in_process(config, report.out_dir, args.segment_s)
         print(f"in process: {local}", flush=True)
         remote = over_ros2(config, report.out_dir, args.segment_s, args.latency_ms, args.loss)
@@ -158,8 +193,10 @@ def main() -> None:
         print("\n| | velocity error steady / all (m/s) | yaw-rate error steady / all (rad/s) | falls |")
         print("|---|---|---|---|")
         for name, r in (("in process", local), (f"ROS 2, {args.latency_ms:g} ms, {args.loss:.0%} loss", remote)):
-            print(f"| {name} | {r['vel_steady']:.3f} / {r['vel_all']:.3f} | {r['yaw_steady']:.3f} / "
-                  f"{r['yaw_all']:.3f} | {r['falls']} |")  # fmt: skip
+            print(
+                f"| {name} | {r['vel_steady']:.3f} / {r['vel_all']:.3f} | {r['yaw_steady']:.3f} / "
+                f"{r['yaw_all']:.3f} | {r['falls']} |"
+            )
 
 
 if __name__ == "__main__":

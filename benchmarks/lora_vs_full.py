@@ -19,7 +19,8 @@ after-update drift pass; the remainder is advantages and bookkeeping), completio
 build_loop and after the iterations, and the Adam state (``FirstOrderUpdater.exp_avg`` + ``exp_avg_sq``, float32).
 
     .venv/bin/python benchmarks/lora_vs_full.py --hidden 64 256 --layers 2 4 --ranks 8 --iterations 5
-    .venv/bin/python benchmarks/lora_vs_full.py --hidden 64 --layers 2 --ranks 4 --iterations 1  # smoke
+    .venv/bin/python benchmarks/lora_vs_full.py --hidden 64 --layers 2 --ranks 4 --iterations 1  # one small row
+    .venv/bin/python benchmarks/lora_vs_full.py --smoke    # CI: width 16, 1 layer, rank 2, 16 completions, 1 iteration
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "grpo_addition.yaml"
 MIB = 2**20
@@ -98,15 +101,24 @@ def measure(args, hidden: int, layers: int, rank: int) -> dict:
     reference = count(policy.reference.parameters()) if policy.reference is not None else 0
     targets = sorted(policy.model.peft_config["default"].target_modules) if rank > 0 else []
     return {
-        **row, "built": built, "peak": maxrss_mib(), "seconds": per_iteration, "adapted": adapted,
-        "trainable": count(policy.parameters(), trainable=True), "model": count(policy.model.parameters()),
-        "reference": reference, "critic": count(loop.critic.parameters()),
+        **row,
+        "built": built,
+        "peak": maxrss_mib(),
+        "seconds": per_iteration,
+        "adapted": adapted,
+        "trainable": count(policy.parameters(), trainable=True),
+        "model": count(policy.model.parameters()),
+        "reference": reference,
+        "critic": count(loop.critic.parameters()),
         "adam": updater.exp_avg.numel() + updater.exp_avg_sq.numel(),
-        "adam_bytes": updater.exp_avg.nbytes + updater.exp_avg_sq.nbytes, "flat": updater.flat.numel(),
-        "completions": loop.rollout.num_steps * loop.env.num_envs, "threads": torch.get_num_threads(),
-        "targets": targets, "tokens": config.policy.max_new_tokens,
+        "adam_bytes": updater.exp_avg.nbytes + updater.exp_avg_sq.nbytes,
+        "flat": updater.flat.numel(),
+        "completions": loop.rollout.num_steps * loop.env.num_envs,
+        "threads": torch.get_num_threads(),
+        "targets": targets,
+        "tokens": config.policy.max_new_tokens,
         "kl": f"{config.policy.kl_estimator} {config.policy.kl_coef}",
-    }  # fmt: skip
+    }
 
 
 def run_worker(args, hidden: int, layers: int, rank: int) -> dict:
@@ -133,8 +145,10 @@ def print_table(args, results: list[dict]) -> None:
         usable = os.cpu_count()
     ok = [r for r in results if "error" not in r]
     threads = ok[0]["threads"] if ok else args.threads
-    print(f"torch threads {threads}; CPUs {os.cpu_count()} ({usable} usable by this process); "
-          f"{args.iterations} timed iteration(s) after 1 warm-up; config {CONFIG.name}")  # fmt: skip
+    print(
+        f"torch threads {threads}; CPUs {os.cpu_count()} ({usable} usable by this process); "
+        f"{args.iterations} timed iteration(s) after 1 warm-up; config {CONFIG.name}"
+    )
     if ok:
         first = ok[0]
         print(
@@ -153,20 +167,26 @@ def print_table(args, results: list[dict]) -> None:
             print(f"{r['hidden']:>6} {r['layers']:>6} {method(r):>11} error: {r['error']}")
             continue
         s = r["seconds"]
-        print(f"{r['hidden']:>6} {r['layers']:>6} {method(r):>11} {r['trainable']:>10} {r['model']:>10} "
-              f"{r['reference']:>9} {r['adam_bytes'] / MIB:>9.3f} {s['collect']:>9.3f} {s['update']:>9.3f} "
-              f"{s['iteration']:>7.3f} {r['completions'] / s['iteration']:>8.1f} {r['built']:>9.1f} "
-              f"{r['peak']:>9.1f}")  # fmt: skip
+        print(
+            f"{r['hidden']:>6} {r['layers']:>6} {method(r):>11} {r['trainable']:>10} {r['model']:>10} "
+            f"{r['reference']:>9} {r['adam_bytes'] / MIB:>9.3f} {s['collect']:>9.3f} {s['update']:>9.3f} "
+            f"{s['iteration']:>7.3f} {r['completions'] / s['iteration']:>8.1f} {r['built']:>9.1f} "
+            f"{r['peak']:>9.1f}"
+        )
     lora = [r for r in ok if r["rank"] > 0]
     if lora:
-        print("LoRA adapters: " + "; ".join(
-            f"h{r['hidden']} l{r['layers']} r{r['rank']}: {r['adapted']} modules ({', '.join(r['targets'])})"
-            for r in lora
-        ))  # fmt: skip
+        print(
+            "LoRA adapters: "
+            + "; ".join(
+                f"h{r['hidden']} l{r['layers']} r{r['rank']}: {r['adapted']} modules ({', '.join(r['targets'])})"
+                for r in lora
+            )
+        )
     if ok:
-        print("Adam state numel (exp_avg + exp_avg_sq = 2 x flat P): " + "; ".join(
-            f"h{r['hidden']} l{r['layers']} {method(r)}: {r['adam']}" for r in ok
-        ))  # fmt: skip
+        print(
+            "Adam state numel (exp_avg + exp_avg_sq = 2 x flat P): "
+            + "; ".join(f"h{r['hidden']} l{r['layers']} {method(r)}: {r['adam']}" for r in ok)
+        )
 
 
 def main() -> None:
@@ -178,7 +198,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (config torch_threads)")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more config overrides")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    smoke = {"hidden": [16], "layers": [1], "ranks": [2], "iterations": 1, "set": ["env.num_envs=16"]}
+    args = parse_smoke_args(parser, smoke=smoke)
     if args.worker:  # one configuration; rank 0 is full fine-tuning
         print(json.dumps(measure(args, args.hidden[0], args.layers[0], args.ranks[0])))
         return

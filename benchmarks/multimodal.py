@@ -24,6 +24,7 @@ defaults to a temporary directory, deleted at the end unless ``--keep``; a given
     .venv/bin/python benchmarks/multimodal.py --seeds 0 1 2 3 4 --budgets 50000 200000 --out multimodal.json
     .venv/bin/python benchmarks/multimodal.py --seeds 0 --budgets 4096 8192 --episodes 20
     .venv/bin/python benchmarks/multimodal.py --fpo-override policy.steps=8 --override env.kwargs.num_goals=6
+    .venv/bin/python benchmarks/multimodal.py --smoke    # CI: 8 envs x 8 steps, budgets of 1 and 2 iterations
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import time
 from pathlib import Path
 
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CONFIG_FILES = {"ppo": CONFIGS / "ppo_multimodal.yaml", "fpo": CONFIGS / "fpo_multimodal.yaml"}
@@ -96,8 +98,10 @@ def evaluate(run_dir: Path, episodes: int, seed: int) -> dict:
     config, policy = load_policy(run_dir)
     env = build_env(config, num_envs=episodes)
     try:
-        figures = {mode: goal_figures(*run_episodes(policy, env, seed, mode == "deterministic"), env.num_goals)
-                   for mode in MODES}  # fmt: skip
+        figures = {
+            mode: goal_figures(*run_episodes(policy, env, seed, mode == "deterministic"), env.num_goals)
+            for mode in MODES
+        }
         return {"num_goals": env.num_goals, **figures}
     finally:
         env.close()
@@ -122,9 +126,15 @@ def run_one(algo: str, seed: int, args, overrides: list[str], run_root: Path) ->
 
     config = load_config(
         CONFIG_FILES[algo],
-        [*overrides, f"total_steps={max(args.budgets)}", f"seed={seed}", f"log.run_root={run_root}",
-         "log.progress=false", "log.eval_episodes=0"],
-    )  # fmt: skip
+        [
+            *overrides,
+            f"total_steps={max(args.budgets)}",
+            f"seed={seed}",
+            f"log.run_root={run_root}",
+            "log.progress=false",
+            "log.eval_episodes=0",
+        ],
+    )
     per_iteration = config.rollout.num_steps * config.env.num_envs
     records, run_dir = [], None
     for budget in args.budgets:
@@ -132,8 +142,18 @@ def run_one(algo: str, seed: int, args, overrides: list[str], run_root: Path) ->
         run_dir, env_steps, train_s = train_segment(config, run_dir, budget // per_iteration)
         call_s = time.perf_counter() - start
         figures = evaluate(run_dir, args.episodes, EVAL_SEED_OFFSET + seed)
-        records.append({"algo": algo, "seed": seed, "budget": budget, "env_steps": env_steps, "train_s": train_s,
-                        "steps_per_s": env_steps / train_s, "segment_call_s": call_s, **figures})  # fmt: skip
+        records.append(
+            {
+                "algo": algo,
+                "seed": seed,
+                "budget": budget,
+                "env_steps": env_steps,
+                "train_s": train_s,
+                "steps_per_s": env_steps / train_s,
+                "segment_call_s": call_s,
+                **figures,
+            }
+        )
         print(f"  {seed_line(records[-1])}", flush=True)
     return records
 
@@ -143,8 +163,10 @@ def seed_line(record: dict) -> str:
     parts = [f"seed {record['seed']} {record['algo']} @ {record['env_steps']}:"]
     for mode in MODES:
         f = record[mode]
-        parts.append(f"{mode[:5]} return {f['return']:7.2f} success {f['success']:.2f} modes {f['modes']} "
-                     f"entropy {f['entropy']:.2f} goals {f['histogram']} |")  # fmt: skip
+        parts.append(
+            f"{mode[:5]} return {f['return']:7.2f} success {f['success']:.2f} modes {f['modes']} "
+            f"entropy {f['entropy']:.2f} goals {f['histogram']} |"
+        )
     parts.append(f"train {record['train_s']:.1f} s, {record['steps_per_s']:.0f} steps/s")
     return " ".join(parts)
 
@@ -158,8 +180,10 @@ def summarize(records: list[dict]) -> dict:
     """Mean and std over seeds of every figure, per mode and for training time."""
     summary: dict = {"seeds": [r["seed"] for r in records], "env_steps": records[0]["env_steps"]}
     for mode in MODES:
-        summary[mode] = {key: mean_std([r[mode][key] for r in records])
-                         for key in ("return", "success", "modes", "modes_fraction", "entropy")}  # fmt: skip
+        summary[mode] = {
+            key: mean_std([r[mode][key] for r in records])
+            for key in ("return", "success", "modes", "modes_fraction", "entropy")
+        }
     for key in ("train_s", "steps_per_s"):
         summary[key] = mean_std([r[key] for r in records])
     return summary
@@ -168,10 +192,14 @@ def summarize(records: list[dict]) -> dict:
 def summary_row(algo: str, mode: str, summary: dict) -> str:
     """One table row: the mode's figures; training time on the first mode's row only."""
     s = summary[mode]
-    cells = [f"{s[key][0]:{width}.{digits}f} +- {s[key][1]:<{digits + 3}.{digits}f}"
-             for key, width, digits in (("return", 7, 2), ("success", 4, 2), ("modes", 3, 1))]  # fmt: skip
-    row = (f"{algo:5s} {mode[:5]:6s} {' '.join(cells)} {s['modes_fraction'][0]:6.2f} "
-           f"{s['entropy'][0]:5.2f} +- {s['entropy'][1]:<4.2f}")  # fmt: skip
+    cells = [
+        f"{s[key][0]:{width}.{digits}f} +- {s[key][1]:<{digits + 3}.{digits}f}"
+        for key, width, digits in (("return", 7, 2), ("success", 4, 2), ("modes", 3, 1))
+    ]
+    row = (
+        f"{algo:5s} {mode[:5]:6s} {' '.join(cells)} {s['modes_fraction'][0]:6.2f} "
+        f"{s['entropy'][0]:5.2f} +- {s['entropy'][1]:<4.2f}"
+    )
     if mode != MODES[0]:
         return row
     return f"{row} {summary['train_s'][0]:6.1f} +- {summary['train_s'][1]:<4.1f} {summary['steps_per_s'][0]:12.0f}"
@@ -182,10 +210,13 @@ def print_tables(records: list[dict], algos: list[str], budgets: list[int], epis
     summaries: dict = {}
     for budget in budgets:
         num_goals = next(r["num_goals"] for r in records if r["budget"] == budget)
-        print(f"\nbudget {budget} env steps: {episodes} episodes per mode, K = {num_goals} goals, "
-              "mean +- std over seeds")  # fmt: skip
-        print(f"{'algo':5s} {'mode':6s} {'return':>16s} {'success':>13s} {'modes':>11s} {'of K':>6s} "
-              f"{'entropy':>13s} {'train s':>14s} {'steps/s':>12s}")  # fmt: skip
+        print(
+            f"\nbudget {budget} env steps: {episodes} episodes per mode, K = {num_goals} goals, mean +- std over seeds"
+        )
+        print(
+            f"{'algo':5s} {'mode':6s} {'return':>16s} {'success':>13s} {'modes':>11s} {'of K':>6s} "
+            f"{'entropy':>13s} {'train s':>14s} {'steps/s':>12s}"
+        )
         for algo in algos:
             rows = [r for r in records if r["algo"] == algo and r["budget"] == budget]
             if not rows:
@@ -210,7 +241,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, help="JSON file for every figure")
     parser.add_argument("--run-root", type=Path, default=None, help="run directories (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary run directories")
-    args = parser.parse_args()
+    tiny = ["env.num_envs=8", "rollout.num_steps=8", "algo.minibatch_size=64"]
+    args = parse_smoke_args(parser, smoke={"seeds": [0], "budgets": [64, 128], "episodes": 4, "override": tiny})
     if args.episodes < 1 or min(args.budgets) < 1:
         parser.error("--episodes and --budgets must be positive integers")
     args.budgets = sorted(set(args.budgets))
@@ -232,9 +264,11 @@ def check_budgets(args, overrides: dict[str, list[str]]) -> str:
         per_iteration = config.rollout.num_steps * config.env.num_envs
         iterations = [budget // per_iteration for budget in args.budgets]
         if iterations[0] < 1 or len(set(iterations)) < len(iterations):
-            raise ConfigError(f"{algo}: budgets {args.budgets} must each be at least one iteration of "
-                              f"{per_iteration} env steps (rollout.num_steps x env.num_envs) and round down to "
-                              "distinct iterations")  # fmt: skip
+            raise ConfigError(
+                f"{algo}: budgets {args.budgets} must each be at least one iteration of "
+                f"{per_iteration} env steps (rollout.num_steps x env.num_envs) and round down to "
+                "distinct iterations"
+            )
         count, why = resolve_torch_threads(config)
         threads.append(f"{algo} {count} ({why}), device {config.device}")
     return "; ".join(threads)
@@ -251,9 +285,11 @@ def main() -> None:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     command = shlex.join(["benchmarks/multimodal.py", *sys.argv[1:]])
-    header = (f"robopt multimodal benchmark, {datetime.datetime.now().isoformat(timespec='seconds')} | torch "
-              f"{torch.__version__}, threads: {threads} | command: {command} | "
-              + " | ".join(f"{algo} overrides: {' '.join(overrides[algo]) or '-'}" for algo in args.algos))  # fmt: skip
+    header = (
+        f"robopt multimodal benchmark, {datetime.datetime.now().isoformat(timespec='seconds')} | torch "
+        f"{torch.__version__}, threads: {threads} | command: {command} | "
+        + " | ".join(f"{algo} overrides: {' '.join(overrides[algo]) or '-'}" for algo in args.algos)
+    )
     print(header, flush=True)
     run_root = args.run_root or Path(tempfile.mkdtemp(prefix="robopt-multimodal-"))
     records: list[dict] = []

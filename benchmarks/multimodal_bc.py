@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/multimodal_bc.py                      # 5 seeds, 2000 expert episodes
     .venv/bin/python benchmarks/multimodal_bc.py --seeds 0 1 --episodes 500
+    .venv/bin/python benchmarks/multimodal_bc.py --smoke    # CI: 20 expert episodes, 1 epoch, 4 evaluation episodes
 
 The scripted expert heads for a goal drawn uniformly per episode, so its actions at the start form K modes
 with walls between them. The script records the expert once (``robopt collect`` semantics, seed 0), clones it
@@ -22,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from multimodal import MODES, evaluate, mean_std  # noqa: E402
+from smoke import parse_smoke_args  # noqa: E402
 
 from robopt.commands.collect import collect  # noqa: E402
 from robopt.config import ConfigError  # noqa: E402
@@ -35,9 +37,13 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=2000, help="expert episodes recorded")
     parser.add_argument("--eval-episodes", type=int, default=200)
     parser.add_argument("--override", nargs="*", default=[], help="key=value for both BC runs")
-    args = parser.parse_args()
-    print(f"multimodal_bc {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
-          f"{' '.join(sys.argv[1:]) or '(defaults)'}", flush=True)  # fmt: skip
+    smoke = {"seeds": [0], "episodes": 20, "eval_episodes": 4, "override": ["algo.epochs=1"]}
+    args = parse_smoke_args(parser, smoke=smoke)
+    print(
+        f"multimodal_bc {datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
+        f"{' '.join(sys.argv[1:]) or '(defaults)'}",
+        flush=True,
+    )
     records: dict[str, list[dict]] = {"flow": [], "gaussian": []}
     with tempfile.TemporaryDirectory() as root:
         data = collect("multigoal/expert", args.episodes, expert="robopt/MultiGoal", root=root, progress=False)
@@ -53,18 +59,25 @@ def main() -> int:
                     return 2
                 figures = evaluate(result.run_dir, args.eval_episodes, 10_000 + seed)
                 records[kind].append(figures)
-                print(f"  seed {seed} {kind:8}: " + " | ".join(
-                    f"{mode[:5]} return {figures[mode]['return']:6.2f} success {figures[mode]['success']:.2f} "
-                    f"modes {figures[mode]['modes']} goals {figures[mode]['histogram']}" for mode in MODES
-                ), flush=True)  # fmt: skip
+                print(
+                    f"  seed {seed} {kind:8}: "
+                    + " | ".join(
+                        f"{mode[:5]} return {figures[mode]['return']:6.2f} success {figures[mode]['success']:.2f} "
+                        f"modes {figures[mode]['modes']} goals {figures[mode]['histogram']}"
+                        for mode in MODES
+                    ),
+                    flush=True,
+                )
     print(f"\n{'policy':9} {'mode':6} {'return':>16} {'success':>14} {'modes of K':>14}")
     for kind, rows in records.items():
         for mode in MODES:
             ret = mean_std([r[mode]["return"] for r in rows])
             success = mean_std([r[mode]["success"] for r in rows])
             modes = mean_std([float(r[mode]["modes"]) for r in rows])
-            print(f"{kind:9} {mode[:6]:6} {ret[0]:7.2f} +- {ret[1]:5.2f} {success[0]:5.2f} +- {success[1]:4.2f} "
-                  f"{modes[0]:5.1f} +- {modes[1]:3.1f} / {rows[0]['num_goals']}")  # fmt: skip
+            print(
+                f"{kind:9} {mode[:6]:6} {ret[0]:7.2f} +- {ret[1]:5.2f} {success[0]:5.2f} +- {success[1]:4.2f} "
+                f"{modes[0]:5.1f} +- {modes[1]:3.1f} / {rows[0]['num_goals']}"
+            )
     return 0
 
 

@@ -19,6 +19,7 @@ time for each, their ratio, and the deterministic return each reached (10 episod
 
     .venv/bin/python benchmarks/ppo_vs_sb3.py --steps 100000 --num-envs 1 --seeds 0
     .venv/bin/python benchmarks/ppo_vs_sb3.py --env Hopper-v5 --normalized --steps 200000 --seeds 0 1 2 3 4
+    .venv/bin/python benchmarks/ppo_vs_sb3.py --smoke    # CI: one 64-step rollout each, 1 evaluation episode
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import time
 
 import numpy as np
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 NUM_STEPS = 2048
 VALUE_CLIP = 0.2  # --normalized only
@@ -49,7 +51,7 @@ class Clock:
         self.cpu += time.process_time() - self._cpu
 
 
-def make_sb3(env_id: str, num_envs: int, seed: int, normalized: bool):
+def make_sb3(env_id: str, num_envs: int, seed: int, normalized: bool, num_steps: int = NUM_STEPS):
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.logger import Logger
@@ -59,13 +61,24 @@ def make_sb3(env_id: str, num_envs: int, seed: int, normalized: bool):
     if normalized:
         env = VecNormalize(env, gamma=0.99)
     clip_range_vf = VALUE_CLIP if normalized else None
-    model = PPO("MlpPolicy", env, n_steps=NUM_STEPS, batch_size=64, n_epochs=10, seed=seed, device="cpu", verbose=0,
-                clip_range_vf=clip_range_vf)  # fmt: skip
+    model = PPO(
+        "MlpPolicy",
+        env,
+        n_steps=num_steps,
+        batch_size=64,
+        n_epochs=10,
+        seed=seed,
+        device="cpu",
+        verbose=0,
+        clip_range_vf=clip_range_vf,
+    )
     model.set_logger(Logger(folder=None, output_formats=[]))  # no SB3-<date> dir in the system temp
     return model
 
 
-def make_robopt(env_id: str, num_envs: int, seed: int, normalized: bool, compile_step: bool = False):
+def make_robopt(
+    env_id: str, num_envs: int, seed: int, normalized: bool, compile_step: bool = False, num_steps: int = NUM_STEPS
+):
     from robopt.build import build_loop
     from robopt.config import build_dataclass
     from robopt.experiment import ExperimentConfig
@@ -82,14 +95,14 @@ def make_robopt(env_id: str, num_envs: int, seed: int, normalized: bool, compile
             "env": {"id": env_id, "num_envs": num_envs, "backend": "gymnasium"},
             "policy": {"hidden": [64, 64], "activation": "tanh", "normalize_obs": normalized, "log_std_init": 0.0},
             "critic": {"hidden": [64, 64], "activation": "tanh"},
-            "rollout": {"num_steps": NUM_STEPS, "gamma": 0.99, "gae_lambda": 0.95, "normalize_reward": normalized},
+            "rollout": {"num_steps": num_steps, "gamma": 0.99, "gae_lambda": 0.95, "normalize_reward": normalized},
             "algo": algo,
         },
     )
     return build_loop(config)
 
 
-def evaluate_sb3(model, env_id: str, seed: int) -> float:
+def evaluate_sb3(model, env_id: str, seed: int, episodes: int = 10) -> float:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import VecNormalize
@@ -99,28 +112,29 @@ def evaluate_sb3(model, env_id: str, seed: int) -> float:
     if isinstance(train_env, VecNormalize):  # the training statistics, frozen; raw rewards
         env = VecNormalize(env, training=False, norm_reward=False)
         env.obs_rms = train_env.obs_rms
-    mean_return, _ = evaluate_policy(model, env, 10, deterministic=True)
+    mean_return, _ = evaluate_policy(model, env, episodes, deterministic=True)
     return float(mean_return)
 
 
-def evaluate_robopt(loop, env_id: str, seed: int) -> float:
+def evaluate_robopt(loop, env_id: str, seed: int, episodes: int = 10) -> float:
     from robopt.envs import make_env
     from robopt.evaluation import evaluate_policy
 
-    env = make_env(env_id, 10)
-    return evaluate_policy(loop.policy, env, 10, seed=seed).mean_return
+    env = make_env(env_id, episodes)
+    return evaluate_policy(loop.policy, env, episodes, seed=seed).mean_return
 
 
-def run_seed(env_id: str, steps: int, num_envs: int, seed: int, normalized: bool, compile_step: bool) -> dict:
-    """Interleaved training of both for ``steps`` env steps; (wall steps/s, CPU steps/s, return) per library.
+def run_seed(args, seed: int) -> dict:
+    """Interleaved training of both for ``args.steps`` env steps; (wall steps/s, CPU steps/s, return) per library.
 
-    With ``compile_step`` robopt's clock includes compiling its update step (first iteration).
+    With ``args.compile`` robopt's clock includes compiling its update step (first iteration).
     """
-    sb3 = make_sb3(env_id, num_envs, seed, normalized)
-    loop = make_robopt(env_id, num_envs, seed, normalized, compile_step)
+    env_id, num_envs, num_steps, episodes = args.env, args.num_envs, args.rollout_steps, args.episodes
+    sb3 = make_sb3(env_id, num_envs, seed, args.normalized, num_steps)
+    loop = make_robopt(env_id, num_envs, seed, args.normalized, args.compile, num_steps)
     clocks = {"sb3": Clock(), "robopt": Clock()}
-    per_iteration = NUM_STEPS * num_envs
-    iterations = max(1, steps // per_iteration)
+    per_iteration = num_steps * num_envs
+    iterations = max(1, args.steps // per_iteration)
     for _ in range(iterations):
         with clocks["sb3"]:
             sb3.learn(total_timesteps=per_iteration, reset_num_timesteps=False)
@@ -128,7 +142,10 @@ def run_seed(env_id: str, steps: int, num_envs: int, seed: int, normalized: bool
             loop.iteration(progress=0.0)
     done = iterations * per_iteration
     assert sb3.num_timesteps == done and loop.env_steps == done, (sb3.num_timesteps, loop.env_steps)
-    returns = {"sb3": evaluate_sb3(sb3, env_id, seed + 10_000), "robopt": evaluate_robopt(loop, env_id, seed + 10_000)}
+    returns = {
+        "sb3": evaluate_sb3(sb3, env_id, seed + 10_000, episodes),
+        "robopt": evaluate_robopt(loop, env_id, seed + 10_000, episodes),
+    }
     return {name: (done / clock.wall, done / clock.cpu, returns[name]) for name, clock in clocks.items()}
 
 
@@ -140,11 +157,13 @@ def main() -> None:
     parser.add_argument("--env", default="HalfCheetah-v5", help="Gymnasium id")
     parser.add_argument("--normalized", action="store_true", help="obs/reward normalization and value clipping")
     parser.add_argument("--compile", action="store_true", help="robopt with algo.compile=true (compile time counted)")
-    args = parser.parse_args()
+    parser.add_argument("--rollout-steps", type=int, default=NUM_STEPS, help="steps per env per rollout (n_steps)")
+    parser.add_argument("--episodes", type=int, default=10, help="deterministic evaluation episodes")
+    args = parse_smoke_args(parser, smoke={"steps": 64, "rollout_steps": 64, "episodes": 1})
     torch.set_num_threads(1)
     rows: dict[str, list[tuple[float, float, float]]] = {"sb3": [], "robopt": []}
     for seed in args.seeds:
-        for name, row in run_seed(args.env, args.steps, args.num_envs, seed, args.normalized, args.compile).items():
+        for name, row in run_seed(args, seed).items():
             rows[name].append(row)
             print(f"seed {seed}: {name:7s} {row[0]:7.0f} steps/s wall, {row[1]:7.0f} per CPU-s, return {row[2]:8.1f}")
     mode = "normalized (VecNormalize, value clip 0.2)" if args.normalized else "SB3 defaults"

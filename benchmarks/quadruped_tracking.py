@@ -3,6 +3,7 @@ evaluate each run's deterministic policy.
 
     python benchmarks/quadruped_tracking.py --train --seeds 0 1 2 --total-steps 36000000
     python benchmarks/quadruped_tracking.py --evaluate runs/bench_quadruped/*/
+    python benchmarks/quadruped_tracking.py --smoke    # CI: 32 training steps of small networks, 2 episodes
 
 Evaluation: ``--episodes`` rows of 20 s episodes (one per env row), commands uniform in forward [-1, 1] m/s, lateral
 [-0.5, 0.5] m/s and yaw rate [-1, 1] rad/s (the config's ranges, no standing share: every command moves), a new
@@ -21,11 +22,13 @@ import math
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 from robopt.build import build_env
 from robopt.envs.robot.signals import Signals
@@ -33,6 +36,14 @@ from robopt.evaluation import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTLE_S = 1.0  # response time left out of the steady-state errors
+TINY = [
+    "env.num_envs=4",
+    "rollout.num_steps=8",
+    "algo.minibatch_size=32",
+    "policy.hidden=[32,32]",
+    "critic.hidden=[32,32]",
+    "torch_threads=1",
+]  # --smoke's training: one 32-step iteration of small networks
 
 
 @torch.no_grad()
@@ -122,21 +133,24 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--total-steps", type=int, default=36_000_000)
     parser.add_argument("--budget-s", type=float, default=0.0, help="stop each training after this long (0: none)")
-    parser.add_argument("--root", type=Path, default=Path("runs/bench_quadruped"))
+    parser.add_argument("--root", type=Path, default=Path("runs/bench_quadruped"), help="--smoke: temporary")
     parser.add_argument("--evaluate", type=Path, nargs="*", default=[], help="run directories to evaluate")
     parser.add_argument("--episodes", type=int, default=256)
     parser.add_argument("--seed", type=int, default=10_000, help="evaluation seed")
     parser.add_argument("overrides", nargs="*", help="config overrides for --train (key=value)")
-    args = parser.parse_args()
-    runs = list(args.evaluate)
-    if args.train:
-        runs += train(args.config, args.seeds, args.total_steps, args.root, args.overrides, args.budget_s)
-    if not runs:
-        parser.error("nothing to do: give --train or --evaluate RUN...")
-    results = {}
-    for run in runs:
-        results[run] = evaluate(run, args.episodes, args.seed)
-        print(run, {key: round(value, 4) for key, value in results[run].items()}, flush=True)
+    smoke = {"train": True, "seeds": [0], "total_steps": 32, "root": None, "episodes": 2, "overrides": TINY}
+    args = parse_smoke_args(parser, smoke=smoke)
+    with tempfile.TemporaryDirectory() as temporary:  # the runs of --smoke without --root
+        runs = list(args.evaluate)
+        if args.train:
+            root = args.root or Path(temporary)
+            runs += train(args.config, args.seeds, args.total_steps, root, args.overrides, args.budget_s)
+        if not runs:
+            parser.error("nothing to do: give --train or --evaluate RUN...")
+        results = {}
+        for run in runs:
+            results[run] = evaluate(run, args.episodes, args.seed)
+            print(run, {key: round(value, 4) for key, value in results[run].items()}, flush=True)
     report(results)
 
 

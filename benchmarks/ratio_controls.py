@@ -13,6 +13,7 @@ The seeds' claim under test: SPO's penalty keeps r inside the trust region bette
 
     .venv/bin/python benchmarks/ratio_controls.py --steps 50000 --seeds 0 1 2
     .venv/bin/python benchmarks/ratio_controls.py --steps 50000 --override algo.learning_rate=3e-4
+    .venv/bin/python benchmarks/ratio_controls.py --smoke    # CI: 4 iterations of 2 envs x 8 steps, 1 episode
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -39,7 +41,7 @@ def drift_columns(rows: list[dict[str, str]]) -> tuple[str, str]:
     return "ratio_mean_abs_dev", "ratio_max"
 
 
-def run_one(control: str, seed: int, steps: int, overrides: list[str]) -> dict[str, float]:
+def run_one(control: str, seed: int, steps: int, overrides: list[str], episodes: int = 5) -> dict[str, float]:
     from robopt.evaluation import evaluate_run
     from robopt.experiment import load_config
     from robopt.runner import train
@@ -52,7 +54,7 @@ def run_one(control: str, seed: int, steps: int, overrides: list[str]) -> dict[s
         start = time.perf_counter()
         result = train(config)
         wall = time.perf_counter() - start
-        evaluation = evaluate_run(result.run_dir, episodes=5)
+        evaluation = evaluate_run(result.run_dir, episodes=episodes)
         with (result.run_dir / "progress.csv").open() as handle:
             rows = list(csv.DictReader(handle))
     mean_column, max_column = drift_columns(rows)
@@ -75,12 +77,14 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=50_000, help="env steps per run")
     parser.add_argument("--override", nargs="*", default=[], help="key=value applied to every run")
-    args = parser.parse_args()
+    parser.add_argument("--episodes", type=int, default=5, help="deterministic evaluation episodes at the end")
+    tiny = ["env.num_envs=2", "rollout.num_steps=8", "log.eval_episodes=0"]
+    args = parse_smoke_args(parser, smoke={"seeds": [0], "steps": 64, "override": tiny, "episodes": 1})
 
     results: dict[str, list[dict[str, float]]] = {}
     for control in args.controls:
         for seed in args.seeds:
-            row = run_one(control, seed, args.steps, args.override)
+            row = run_one(control, seed, args.steps, args.override, args.episodes)
             results.setdefault(control, []).append(row)
             print(f"{control:16s} seed {seed}: " + "  ".join(f"{k} {v:.4g}" for k, v in row.items()), flush=True)
 

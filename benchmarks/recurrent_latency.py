@@ -9,6 +9,7 @@ take turns in rounds (``flow_latency.time_runners``) so load from other processe
 and 99th percentile microseconds per call, and their ratio.
 
     .venv/bin/python benchmarks/recurrent_latency.py --state-hidden 128 --repeats 20000
+    .venv/bin/python benchmarks/recurrent_latency.py --smoke    # CI: 10 calls each after 1 warm-up
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from flow_latency import time_runners  # benchmarks/ is the script's directory, so its sibling imports
-from robopt.policies.memory import RecurrentConfig
+from smoke import parse_smoke_args
 
+from robopt.policies.cells import RecurrentConfig
 from robopt.policies.gaussian import GaussianPolicyConfig
 from robopt.policies.recurrent import RecurrentGaussianPolicy
 from robopt.sim2real.export import export_onnx
@@ -33,10 +35,17 @@ from robopt.sim2real.sidecar import Sidecar
 
 def sidecar(obs_dim: int, action_dim: int, state_dim: int) -> Sidecar:
     return Sidecar(
-        policy_kind="gaussian", env_id="bench", obs_dim=obs_dim, action_dim=action_dim, action_low=[-1.0] * action_dim,
-        action_high=[1.0] * action_dim, control_period=0.01, files={"onnx": "policy.onnx"}, state_dim=state_dim,
+        policy_kind="gaussian",
+        env_id="bench",
+        obs_dim=obs_dim,
+        action_dim=action_dim,
+        action_low=[-1.0] * action_dim,
+        action_high=[1.0] * action_dim,
+        control_period=0.01,
+        files={"onnx": "policy.onnx"},
+        state_dim=state_dim,
         format_version=3 if state_dim else 2,
-    )  # fmt: skip
+    )
 
 
 def main() -> None:
@@ -48,11 +57,13 @@ def main() -> None:
     parser.add_argument("--cell", choices=["gru", "lstm"], default="gru")
     parser.add_argument("--repeats", type=int, default=20000)
     parser.add_argument("--warmup", type=int, default=500)
-    args = parser.parse_args()
+    args = parse_smoke_args(parser, smoke={"repeats": 10, "warmup": 1})
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    config = replace(GaussianPolicyConfig(hidden=tuple(args.hidden), activation="relu"),
-                     recurrent=RecurrentConfig(type=args.cell, hidden=args.state_hidden))  # fmt: skip
+    config = replace(
+        GaussianPolicyConfig(hidden=tuple(args.hidden), activation="relu"),
+        recurrent=RecurrentConfig(type=args.cell, hidden=args.state_hidden),
+    )
     low, high = -torch.ones(args.action_dim), torch.ones(args.action_dim)
     recurrent = RecurrentGaussianPolicy(args.obs_dim, args.action_dim, low, high, config)
     memoryless = replace(config, recurrent=RecurrentConfig())
@@ -69,14 +80,18 @@ def main() -> None:
         names = ("obs", STATE_INPUT), ("action", STATE_OUTPUT)
         export_onnx(stateful_module, (example, torch.zeros(4, state_dim)), Path(tmp) / "gru.onnx", *names)
         export_onnx(plain_module, example, Path(tmp) / "mlp.onnx")
-        with_state = RecurrentPolicy(OnnxPolicy(Path(tmp) / "gru.onnx", sidecar(args.obs_dim, args.action_dim,
-                                                                                  state_dim)))  # fmt: skip
+        with_state = RecurrentPolicy(
+            OnnxPolicy(Path(tmp) / "gru.onnx", sidecar(args.obs_dim, args.action_dim, state_dim))
+        )
         plain = OnnxPolicy(Path(tmp) / "mlp.onnx", sidecar(args.obs_dim, args.action_dim, 0))
         obs = np.random.default_rng(0).normal(size=args.obs_dim).astype(np.float32)
-        samples = time_runners({"mlp": lambda: plain(obs), args.cell: lambda: with_state(obs)},
-                               args.repeats, args.warmup)  # fmt: skip
-    print(f"obs {args.obs_dim} -> action {args.action_dim}, MLP {args.hidden}, {args.cell} hidden {args.state_hidden} "
-          f"(state {state_dim}); ONNX Runtime, 1 thread, batch 1, {args.repeats} calls each")  # fmt: skip
+        samples = time_runners(
+            {"mlp": lambda: plain(obs), args.cell: lambda: with_state(obs)}, args.repeats, args.warmup
+        )
+    print(
+        f"obs {args.obs_dim} -> action {args.action_dim}, MLP {args.hidden}, {args.cell} hidden {args.state_hidden} "
+        f"(state {state_dim}); ONNX Runtime, 1 thread, batch 1, {args.repeats} calls each"
+    )
     medians = {}
     for name, times in samples.items():
         medians[name] = float(np.median(times))

@@ -3,6 +3,7 @@ model in the same run, and where an env step's time goes.
 
     python benchmarks/robot_throughput.py [--envs 64 256 1024] [--threads 1 2] [--steps 200]
     python benchmarks/robot_throughput.py --backend mujoco_warp --device cuda --envs 4096 [--graph]
+    python benchmarks/robot_throughput.py --smoke    # CI: 4 envs, 1 thread, 5 steps
 
 On ``mujoco_warp`` (a GPU) it prints the env's steps per second alone (physics and terms on the device; the raw
 MuJoCo C comparison is a CPU figure), synchronizing the device at both ends of the clock.
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 import yaml
 from mujoco import rollout
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 from robopt.envs import make_env
 
@@ -61,8 +63,7 @@ def raw_rate(env, num_envs: int, threads: int, steps: int) -> float:
 def warp_rate(num_envs: int, steps: int, device: str, graph: bool) -> float:
     """Env steps per second of the quadruped task on MuJoCo Warp (random actions, as ``env_rate``)."""
     robot, task = sections()
-    env = make_env("robot", num_envs, backend="mujoco_warp", device=device, robot=robot, task=task, seed=0,
-                   graph=graph)  # fmt: skip
+    env = make_env("robot", num_envs, backend="mujoco_warp", device=device, robot=robot, task=task, seed=0, graph=graph)
     generator = torch.Generator(device=device).manual_seed(0)
     env.reset(seed=0)
 
@@ -128,12 +129,15 @@ def main() -> None:
     parser.add_argument("--backend", default="mujoco", choices=("mujoco", "mujoco_warp"))
     parser.add_argument("--device", default="cpu", help="mujoco_warp: cuda, or cpu (warp's CPU device, slow)")
     parser.add_argument("--graph", action="store_true", help="mujoco_warp: replay each step from a CUDA graph")
-    args = parser.parse_args()
+    args = parse_smoke_args(parser, smoke={"envs": [4], "threads": [1], "steps": 5})
     if args.backend == "mujoco_warp":
         for num_envs in args.envs:
             rate = warp_rate(num_envs, args.steps, args.device, args.graph)
-            print(f"quadruped task on mujoco_warp ({args.device}{', graph' if args.graph else ''}), {num_envs} envs: "
-                  f"{rate:.0f} env steps/s", flush=True)  # fmt: skip
+            print(
+                f"quadruped task on mujoco_warp ({args.device}{', graph' if args.graph else ''}), {num_envs} envs: "
+                f"{rate:.0f} env steps/s",
+                flush=True,
+            )
         return
     torch.set_num_threads(1)
     print("envs threads | env steps/s | raw mujoco.rollout steps/s | env/raw | physics% terms% rest% of the env step")
@@ -141,8 +145,11 @@ def main() -> None:
         for num_envs in args.envs:
             rate, split = env_rate(num_envs, threads, args.steps)
             shares = " ".join(f"{100 * split[key] / split['elapsed']:.0f}%" for key in ("physics", "terms", "rest"))
-            print(f"{num_envs:5d} {threads:2d} | {rate:9.0f} | {split['raw']:9.0f} | {rate / split['raw']:.2f} | "
-                  f"{shares}", flush=True)  # fmt: skip
+            print(
+                f"{num_envs:5d} {threads:2d} | {rate:9.0f} | {split['raw']:9.0f} | {rate / split['raw']:.2f} | "
+                f"{shares}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

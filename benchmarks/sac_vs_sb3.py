@@ -15,6 +15,7 @@ deterministic return of each (10 episodes, seed + 10000). Run nothing else meanw
 
     .venv/bin/python benchmarks/sac_vs_sb3.py --steps 6000 --learning-starts 1000 --seeds 0   # speed, 5-6 min
     .venv/bin/python benchmarks/sac_vs_sb3.py --steps 30000 --seeds 0 1                        # speed and return
+    .venv/bin/python benchmarks/sac_vs_sb3.py --smoke    # CI: 16 updates after 256 random steps, no compile
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from ppo_vs_sb3 import Clock, evaluate_robopt, print_summary  # noqa: E402  (timing and evaluation of the PPO comparison)
+from smoke import parse_smoke_args  # noqa: E402
 
 
 def make_sb3(env_id: str, seed: int, learning_starts: int):
@@ -50,11 +52,12 @@ def make_robopt(env_id: str, seed: int, learning_starts: int, chunk: int, thread
     return build_loop(load_config("configs/sac_halfcheetah.yaml", overrides))
 
 
-def evaluate_sb3(model, env_id: str, seed: int) -> float:
+def evaluate_sb3(model, env_id: str, seed: int, episodes: int = 10) -> float:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    mean_return, _ = evaluate_policy(model, make_vec_env(env_id, n_envs=1, seed=seed), 10, deterministic=True)
+    env = make_vec_env(env_id, n_envs=1, seed=seed)
+    mean_return, _ = evaluate_policy(model, env, episodes, deterministic=True)
     return float(mean_return)
 
 
@@ -89,10 +92,10 @@ def run_seed(args, seed: int) -> tuple[dict, float]:
     returns = {}
     for name, model in contestants.items():
         if name == "sb3":
-            returns[name] = evaluate_sb3(model, args.env, seed + 10_000)
+            returns[name] = evaluate_sb3(model, args.env, seed + 10_000, args.episodes)
         else:
             assert model.env_steps == contestants["sb3"].num_timesteps, (name, model.env_steps)
-            returns[name] = evaluate_robopt(model, args.env, seed + 10_000)
+            returns[name] = evaluate_robopt(model, args.env, seed + 10_000, args.episodes)
             model.env.close()
     rows = {name: (timed / clock.wall, timed / clock.cpu, returns[name]) for name, clock in clocks.items()}
     return rows, compile_s
@@ -106,11 +109,16 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both")
     parser.add_argument("--env", default="HalfCheetah-v5", help="Gymnasium id")
-    parser.add_argument("--no-compiled", dest="compiled", action="store_false",
-                        help="leave out robopt with algo.compile=true")  # fmt: skip
-    args = parser.parse_args()
+    compiled = "robopt with algo.compile=true as a third contestant (--no-compiled: left out)"
+    parser.add_argument("--compiled", action=argparse.BooleanOptionalAction, default=True, help=compiled)
+    parser.add_argument("--episodes", type=int, default=10, help="deterministic evaluation episodes")
+    args = parse_smoke_args(
+        parser, smoke={"steps": 272, "learning_starts": 256, "chunk": 16, "episodes": 1, "compiled": False}
+    )
     if args.steps <= args.learning_starts or (args.steps - args.learning_starts) % args.chunk:
         parser.error("--steps minus --learning-starts must be a positive multiple of --chunk")
+    if args.learning_starts % args.chunk:  # robopt's loop moves in whole chunks: it would overshoot SB3's warm-up
+        parser.error("--learning-starts must be a multiple of --chunk")
     names = ("sb3", "robopt", "compiled") if args.compiled else ("sb3", "robopt")
     rows: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
     compile_times = []
@@ -119,8 +127,10 @@ def main() -> None:
         compile_times.append(compile_s)
         for name, row in seed_rows.items():
             rows[name].append(row)
-            print(f"seed {seed}: {name:8s} {row[0]:6.1f} steps/s wall, {row[1]:6.1f} per CPU-s, return {row[2]:8.1f}",
-                  flush=True)  # fmt: skip
+            print(
+                f"seed {seed}: {name:8s} {row[0]:6.1f} steps/s wall, {row[1]:6.1f} per CPU-s, return {row[2]:8.1f}",
+                flush=True,
+            )
     print(
         f"\nSAC on {args.env}, {args.steps} steps ({args.learning_starts} warm-up untimed), "
         f"seeds {args.seeds}, {args.threads} torch thread(s), one update per step"

@@ -23,6 +23,7 @@ each; contestants run one after another, so run nothing else meanwhile.
     .venv/bin/python benchmarks/time_to_return.py --seeds 0 1 2 --contestants sac td3 sb3-sac --levels 3000 5000 8000
     .venv/bin/python benchmarks/time_to_return.py --env Hopper-v5 --contestants sac sb3-sac --levels 1000 2500 3000
     .venv/bin/python benchmarks/time_to_return.py --seeds 0 --contestants ppo --final-steps 1000000
+    .venv/bin/python benchmarks/time_to_return.py --smoke    # CI: one training chunk and 1 episode per contestant
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ROBOPT_CONFIGS = {"ppo": "ppo_halfcheetah_fast.yaml", "sac": "sac_halfcheetah_fast.yaml",
@@ -63,10 +65,23 @@ def sb3_ppo_trainer(env_id: str, seed: int):
     policy_kwargs = {"log_std_init": -2, "ortho_init": False, "activation_fn": torch.nn.ReLU,
                      "net_arch": {"pi": [256, 256], "vf": [256, 256]}}  # fmt: skip
     model = PPO(
-        "MlpPolicy", env, batch_size=64, n_steps=512, gamma=0.98, learning_rate=2.0633e-05, ent_coef=0.000401762,
-        clip_range=0.1, n_epochs=20, gae_lambda=0.92, max_grad_norm=0.8, vf_coef=0.58096,
-        policy_kwargs=policy_kwargs, seed=seed, device="cpu", verbose=0,
-    )  # fmt: skip
+        "MlpPolicy",
+        env,
+        batch_size=64,
+        n_steps=512,
+        gamma=0.98,
+        learning_rate=2.0633e-05,
+        ent_coef=0.000401762,
+        clip_range=0.1,
+        n_epochs=20,
+        gae_lambda=0.92,
+        max_grad_norm=0.8,
+        vf_coef=0.58096,
+        policy_kwargs=policy_kwargs,
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
     model.set_logger(Logger(folder=None, output_formats=[]))  # no SB3-<date> dir in the system temp
 
     def train() -> None:
@@ -88,8 +103,14 @@ def sb3_sac_trainer(env_id: str, seed: int):
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.logger import Logger
 
-    model = SAC("MlpPolicy", make_vec_env(env_id, n_envs=1, seed=seed), learning_starts=10_000, seed=seed,
-                device="cpu", verbose=0)  # fmt: skip
+    model = SAC(
+        "MlpPolicy",
+        make_vec_env(env_id, n_envs=1, seed=seed),
+        learning_starts=10_000,
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
     model.set_logger(Logger(folder=None, output_formats=[]))
 
     def train() -> None:
@@ -113,8 +134,9 @@ def robopt_trainer(name: str, env_id: str, seed: int, overrides: tuple[str, ...]
     native = NATIVE_IDS.get(env_id)
     if native is None:
         raise SystemExit(f"--env {env_id}: robopt's fast configs run on a native twin of {sorted(NATIVE_IDS)}")
-    config = load_config(CONFIGS / ROBOPT_CONFIGS[name], [f"env.id={native}", *overrides, f"seed={seed}",
-                                                          "torch_threads=1"])  # fmt: skip
+    config = load_config(
+        CONFIGS / ROBOPT_CONFIGS[name], [f"env.id={native}", *overrides, f"seed={seed}", "torch_threads=1"]
+    )
     loop = build_loop(config)
     total = config.total_steps
 
@@ -173,8 +195,9 @@ def maker(name: str, env_id: str, overrides: tuple[str, ...]):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="HalfCheetah-v5", help="Gymnasium id (robopt trains on its native twin)")
-    parser.add_argument("--contestants", nargs="+", default=["ppo", "sb3-ppo"],
-                        choices=(*ROBOPT_CONFIGS, "sb3-ppo", "sb3-sac"))  # fmt: skip
+    parser.add_argument(
+        "--contestants", nargs="+", default=["ppo", "sb3-ppo"], choices=(*ROBOPT_CONFIGS, "sb3-ppo", "sb3-sac")
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--levels", type=float, nargs="+", default=[3000.0], help="deterministic returns to reach")
     parser.add_argument("--eval-every", type=int, default=10_240, help="env steps between evaluations")
@@ -183,7 +206,8 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=1_000_000)
     parser.add_argument("--final-steps", type=int, default=0, help="also train robopt's contestants this long")
     parser.add_argument("--override", nargs="*", default=[], help="key=value overrides of robopt's configs")
-    args = parser.parse_args()
+    smoke = {"seeds": [0], "eval_every": 1, "episodes": 1, "max_steps": 1, "final_steps": 1}
+    args = parse_smoke_args(parser, smoke=smoke)
     args.levels = sorted(args.levels)
     torch.set_num_threads(1)
     outcomes: dict[str, list[Outcome]] = {name: [] for name in args.contestants}
@@ -193,26 +217,38 @@ def main() -> None:
             outcomes[name].append(outcome)
             levels = ", ".join(
                 f"{level:.0f}: {outcome.reached[level][0]:.1f} s / {outcome.reached[level][1]} steps"
-                if level in outcome.reached else f"{level:.0f}: not reached" for level in args.levels
-            )  # fmt: skip
-            print(f"seed {seed}: {name:8s} {levels} (best {outcome.best_return:.0f}, trained "
-                  f"{outcome.trained_seconds:.0f} s / {outcome.trained_steps} steps)", flush=True)  # fmt: skip
-    print(f"\nTime to deterministic returns on {args.env}, seeds {args.seeds}, budget {args.budget_s:.0f} s / "
-          f"{args.max_steps} steps per run")  # fmt: skip
+                if level in outcome.reached
+                else f"{level:.0f}: not reached"
+                for level in args.levels
+            )
+            print(
+                f"seed {seed}: {name:8s} {levels} (best {outcome.best_return:.0f}, trained "
+                f"{outcome.trained_seconds:.0f} s / {outcome.trained_steps} steps)",
+                flush=True,
+            )
+    print(
+        f"\nTime to deterministic returns on {args.env}, seeds {args.seeds}, budget {args.budget_s:.0f} s / "
+        f"{args.max_steps} steps per run"
+    )
     for level in args.levels:
         for name, rows in outcomes.items():
             times = [row.reached[level][0] for row in rows if level in row.reached]
             steps = [row.reached[level][1] for row in rows if level in row.reached]
-            summary = (f"{statistics.mean(times):7.1f} s mean ({', '.join(f'{t:.1f}' for t in times)}), "
-                       f"{statistics.mean(steps):.0f} steps" if times else "-")  # fmt: skip
+            summary = (
+                f"{statistics.mean(times):7.1f} s mean ({', '.join(f'{t:.1f}' for t in times)}), "
+                f"{statistics.mean(steps):.0f} steps"
+                if times
+                else "-"
+            )
             print(f"{level:6.0f} {name:8s} reached in {len(times)}/{len(rows)} runs: {summary}")
         print_ratios(outcomes, level)
     if args.final_steps:
         for seed in args.seeds:
             for name in (n for n in args.contestants if n in ROBOPT_CONFIGS):
                 value, seconds = final_return(name, args.env, seed, args.final_steps, 10, tuple(args.override))
-                print(f"seed {seed}: {name} return after {args.final_steps} steps: {value:.1f} "
-                      f"(trained {seconds:.0f} s)")  # fmt: skip
+                print(
+                    f"seed {seed}: {name} return after {args.final_steps} steps: {value:.1f} (trained {seconds:.0f} s)"
+                )
 
 
 def print_ratios(outcomes: dict[str, list[Outcome]], level: float) -> None:

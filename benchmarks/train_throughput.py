@@ -6,6 +6,7 @@ iterations are timed for at least ``--seconds``. On CUDA the device is synchroni
     .venv/bin/python benchmarks/train_throughput.py configs/ppo_halfcheetah_fast.yaml --seconds 20
     python3 benchmarks/train_throughput.py configs/ppo_halfcheetah_fast.yaml --override env.id=mujoco/Ant \\
         env.backend=mujoco_warp device=cuda env.num_envs=4096 --label "PPO mujoco_warp Ant 4096"
+    .venv/bin/python benchmarks/train_throughput.py --smoke    # CI: ppo_halfcheetah_fast, 1 + 1 iterations
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # robopt from the tree when not installed
+from smoke import parse_smoke_args  # noqa: E402  (benchmarks/ is the script's directory, so its sibling imports)
 
 
 def synchronize(device: str) -> None:
@@ -27,12 +29,15 @@ def synchronize(device: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config")
+    parser.add_argument("config", nargs="?", help="the experiment's YAML (required but with --smoke)")
     parser.add_argument("--override", nargs="*", default=[], help="key=value overrides")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations first")
     parser.add_argument("--seconds", type=float, default=20.0, help="time whole iterations for at least this long")
     parser.add_argument("--label", default=None, help="what the printed line starts with (default: the config)")
-    args = parser.parse_args()
+    smoke = {"config": "configs/ppo_halfcheetah_fast.yaml", "warmup": 1, "seconds": 0.01}
+    args = parse_smoke_args(parser, smoke=smoke)
+    if args.config is None:
+        parser.error("the following arguments are required: config")
 
     from robopt.build import build_loop
     from robopt.experiment import load_config
@@ -58,8 +63,11 @@ def main() -> None:
         iterations += 1
     synchronize(config.device)
     elapsed, steps = time.perf_counter() - start, loop.env_steps - steps
-    print(f"{label}: {steps / elapsed:,.0f} env steps/s ({iterations} iterations, {steps} steps in {elapsed:.1f} s; "
-          f"warm-up {warmup_s:.1f} s)", flush=True)  # fmt: skip
+    print(
+        f"{label}: {steps / elapsed:,.0f} env steps/s ({iterations} iterations, {steps} steps in {elapsed:.1f} s; "
+        f"warm-up {warmup_s:.1f} s)",
+        flush=True,
+    )
     loop.env.close()
 
 

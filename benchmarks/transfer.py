@@ -5,6 +5,7 @@ policy evaluated on the same grids of perturbed dynamics with ``robopt evaluate-
     .venv/bin/python benchmarks/transfer.py --task Walker2d --seeds 0 1 2 --run-root runs/transfer --episodes 10
     .venv/bin/python benchmarks/transfer.py --grids motor_x_delay --arm memoryless=configs/ppo_hopper_delay.yaml \
         --arm history=configs/ppo_hopper_delay_history.yaml --arm gru=configs/ppo_hopper_delay_gru.yaml
+    .venv/bin/python benchmarks/transfer.py --smoke    # CI: one 64-step iteration per arm, 1 episode per cell
 
 Arms: ``configs/ppo_<task>_fast.yaml`` (no randomization) and ``configs/ppo_<task>_fast_randomized.yaml`` (mass with
 inertia, friction, motor strength, actuator delay 0-2 ticks, observation noise, random pushes; privileged critic).
@@ -18,16 +19,19 @@ trained there for ``--steps``. Grids (deterministic episodes, the same reset see
 Printed per grid and arm: the mean return per cell averaged over seeds, the nominal return, the grid mean, and the
 share of cells keeping ``--keep`` of the arm's own nominal return, each as mean +- std over seeds. Heatmaps of each
 run land in ``--out/<grid>/<run>/transfer.png``; everything in ``--out/summary.json``. A learning result, not a
-timing.
+timing. ``--set`` overrides every training run; ``--smoke`` keeps its runs and outputs in a temporary directory
+unless ``--run-root`` or ``--out`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
+from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 from robopt.experiment import load_config
 from robopt.runner import train
@@ -40,13 +44,21 @@ GRIDS = {
 }
 
 
-def run_dir_of(config: str, seed: int, steps: int, root: Path) -> Path:
-    """The finished run ``<name>_s<seed>`` under ``root``, trained first when there is none."""
+def run_dir_of(config: str, seed: int, steps: int, root: Path, extra: list[str] = ()) -> Path:
+    """The finished run ``<name>_s<seed>`` under ``root``, trained first (with ``extra`` overrides) when there is
+    none."""
     name = f"{Path(config).stem}_s{seed}"
     finished = sorted(d for d in (root / name).glob("*") if (d / "eval.json").exists())
     if finished:
         return finished[-1]
-    overrides = [f"seed={seed}", f"total_steps={steps}", f"log.run_root={root}", f"name={name}", "log.progress=false"]
+    overrides = [
+        f"seed={seed}",
+        f"total_steps={steps}",
+        f"log.run_root={root}",
+        f"name={name}",
+        "log.progress=false",
+        *extra,
+    ]
     return train(load_config(config, overrides)).run_dir
 
 
@@ -83,8 +95,15 @@ def plot_summary(summary: dict, out: Path) -> list[Path]:
             else:
                 image = panel.imshow(mean, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=top)
                 for (i, j), value in np.ndenumerate(mean):
-                    panel.text(j, i, f"{value:.0f}", ha="center", va="center", fontsize=8,
-                               color="black" if value > top / 2 else "white")  # fmt: skip
+                    panel.text(
+                        j,
+                        i,
+                        f"{value:.0f}",
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                        color="black" if value > top / 2 else "white",
+                    )
                 panel.set_xticks(range(len(axes[1]["values"])), [f"{v:g}" for v in axes[1]["values"]])
                 panel.set_yticks(range(len(axes[0]["values"])), [f"{v:g}" for v in axes[0]["values"]])
                 panel.set_xlabel(axes[1]["name"])
@@ -116,13 +135,36 @@ def main() -> None:
         metavar="NAME=CONFIG",
         help="an arm and its config (repeat); default: the task's nominal and randomized configs",
     )
-    args = parser.parse_args()
-    arms = {arm: f"configs/ppo_{args.task.lower()}_fast{suffix}.yaml"
-            for arm, suffix in (("nominal", ""), ("randomized", "_randomized"))}  # fmt: skip
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides of every run")
+    tiny = [
+        "env.num_envs=8",
+        "rollout.num_steps=8",
+        "algo.minibatch_size=64",
+        "policy.hidden=[32,32]",
+        "critic.hidden=[32,32]",
+        "log.eval_episodes=1",
+    ]
+    smoke = {"seeds": [0], "steps": 64, "episodes": 1, "run_root": None, "out": None, "set": tiny}
+    args = parse_smoke_args(parser, smoke=smoke)
+    with tempfile.TemporaryDirectory() as temporary:  # --smoke's runs and outputs, unless given
+        args.run_root = args.run_root or Path(temporary) / "runs"
+        args.out = args.out or Path(temporary) / "transfer"
+        run(args)
+
+
+def run(args) -> None:
+    """Train (or reuse) every arm's runs, evaluate them on each grid, print and write the summary."""
+    arms = {
+        arm: f"configs/ppo_{args.task.lower()}_fast{suffix}.yaml"
+        for arm, suffix in (("nominal", ""), ("randomized", "_randomized"))
+    }
     if args.arm:  # NAME=CONFIG arms in place of the two above (the memory study: docs/memory.md)
         arms = dict(arm.split("=", 1) for arm in args.arm)
-    trained = {(arm, seed): run_dir_of(config, seed, args.steps, args.run_root)
-               for seed in args.seeds for arm, config in arms.items()}  # seed by seed: whole seeds first  # fmt: skip
+    trained = {
+        (arm, seed): run_dir_of(config, seed, args.steps, args.run_root, args.set)
+        for seed in args.seeds
+        for arm, config in arms.items()
+    }  # seed by seed: whole seeds first
     runs = {arm: [trained[arm, seed] for seed in args.seeds] for arm in arms}
     summary: dict = {"task": args.task, "steps": args.steps, "seeds": args.seeds, "keep": args.keep, "grids": {}}
     for grid_name in args.grids:
@@ -130,16 +172,21 @@ def main() -> None:
         print(f"\n== {args.task}: {grid_name} ({', '.join(GRIDS[grid_name])}), {args.episodes} episodes per cell ==")
         summary["grids"][grid_name] = {}
         for arm, run_dirs in runs.items():
-            results = [evaluate_transfer(run_dir, grid, args.episodes, 0, args.out / grid_name / run_dir.parent.name)
-                       for run_dir in run_dirs]  # fmt: skip
+            results = [
+                evaluate_transfer(run_dir, grid, args.episodes, 0, args.out / grid_name / run_dir.parent.name)
+                for run_dir in run_dirs
+            ]
             nominal = np.array([r.nominal_return for r in results])
             grid_mean = np.array([float(r.mean.mean()) for r in results])
             kept = np.array([float((r.mean >= args.keep * r.nominal_return).mean()) for r in results])
             mean = np.mean([r.mean for r in results], axis=0)
             print(f"\n{arm}: {table(mean, results[0].axes, results[0].values)}")
-            print(f"{arm}: nominal {nominal.mean():.0f} +- {nominal.std():.0f}, grid mean {grid_mean.mean():.0f} +- "
-                  f"{grid_mean.std():.0f}, cells keeping {args.keep:.0%} of own nominal {kept.mean():.0%} +- "
-                  f"{kept.std():.0%} (per seed: {', '.join(f'{k:.0%}' for k in kept)})", flush=True)  # fmt: skip
+            print(
+                f"{arm}: nominal {nominal.mean():.0f} +- {nominal.std():.0f}, grid mean {grid_mean.mean():.0f} +- "
+                f"{grid_mean.std():.0f}, cells keeping {args.keep:.0%} of own nominal {kept.mean():.0%} +- "
+                f"{kept.std():.0%} (per seed: {', '.join(f'{k:.0%}' for k in kept)})",
+                flush=True,
+            )
             summary["grids"][grid_name][arm] = {
                 "runs": [str(d) for d in run_dirs], "nominal": nominal.tolist(), "grid_mean": grid_mean.tolist(),
                 "kept": kept.tolist(), "mean": mean.tolist(),
