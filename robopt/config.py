@@ -19,6 +19,7 @@ builder of that kind (``loop``); the builder dispatches on it. A config file may
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -237,7 +238,16 @@ def build_dataclass(cls: type, data: dict | None, prefix: str = "") -> Any:
     try:
         return cls(**values)
     except (TypeError, ValueError) as error:  # __post_init__ validation of derived constraints
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: {error}") from None
+        raise ConfigError(_with_section(prefix, str(error))) from None
+
+
+def _with_section(prefix: str, message: str) -> str:
+    """A section's own error as one line naming the whole key: ``task.rewards.x.std: ...`` when the message starts
+    with a key relative to the section (``rewards.x.std: ...``), else ``task: <message>``."""
+    head = message.split(":", 1)[0]
+    if prefix and ":" in message and re.fullmatch(r"[A-Za-z_][\w.\[\]]*", head):
+        return prefix + message
+    return f"{prefix.rstrip('.') or 'config'}: {message}"
 
 
 def build_section(section: Section, data: dict | None) -> Any:
