@@ -2,7 +2,7 @@
 driven by a scripted /cmd_vel, against the same policy and commands in process.
 
     python benchmarks/legged_hil.py RUN_DIR [--latency-ms 10] [--loss 0.01] [--segment-s 5]
-    python benchmarks/legged_hil.py --smoke    # CI: a 32-step stand-in run, 0.5 s per command
+    python benchmarks/legged_hil.py --smoke    # CI: a 32-step stand-in run, 1 s per command
 
 The run (a robot from its description, e.g. a ``benchmarks/quadruped_tracking.py`` seed) is exported (ONNX, checked
 against torch). ``robopt sim-robot`` serves its config (one robot, the episode and the command resampling made long
@@ -89,9 +89,8 @@ def publish_commands(domain: int, segment_s: float, stop: threading.Event) -> No
     try:
         start = time.monotonic()
         while not stop.is_set():
-            index = int((time.monotonic() - start) // segment_s)
-            if index >= len(COMMANDS):
-                break
+            # the last command holds until the deploy ends: a late DDS discovery (a loaded machine) still meets one
+            index = min(int((time.monotonic() - start) // segment_s), len(COMMANDS) - 1)
             vx, vy, wz = COMMANDS[index]
             link.publish("/cmd_vel", cdr.encode(twist, {"linear": {"x": vx, "y": vy}, "angular": {"z": wz}}))
             stop.wait(0.1)
@@ -176,7 +175,7 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=10.0)
     parser.add_argument("--loss", type=float, default=0.01)
     parser.add_argument("--segment-s", type=float, default=5.0)
-    args = parse_smoke_args(parser, smoke={"segment_s": 0.5})
+    args = parse_smoke_args(parser, smoke={"segment_s": 1.0})
     if args.run_dir is None and not args.smoke:
         parser.error("the following arguments are required: run_dir")
     from robopt.sim2real.export import export_run

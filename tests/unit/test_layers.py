@@ -93,6 +93,14 @@ def test_features_are_wired_in_one_composition_root():
 
     with pytest.raises(ConfigError, match="robopt.experiment.ExperimentConfig"):
         build_dataclass(Experiment, {})
+    import subprocess
+    import sys
+
+    code = (  # importing every feature installs nothing anywhere
+        "import robopt.algorithms, robopt.policies, robopt.fleet.build, robopt.envs.robot.config, robopt.build; "
+        "from robopt.config import Experiment; assert Experiment.__sections__ is None"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
     from robopt.experiment import FEATURES
 
     assert {spec.kind for spec in FEATURES.algorithms.values()} <= set(FEATURES.loop_kinds)
