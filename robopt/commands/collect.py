@@ -25,7 +25,7 @@ from robopt.data.dataset_writer import check_can_write, write_dataset
 from robopt.data.demonstrations import normalize_dataset_id, require_minari
 from robopt.data.recording import record_episodes
 from robopt.evaluation import load_policy
-from robopt.experiment import load_run_config
+from robopt.experiment import load_config, load_run_config
 from robopt.options import ConfigError
 
 MAX_DEFAULT_ENVS = 16
@@ -38,11 +38,13 @@ class CollectResult:
     transitions: int
     mean_return: float
     std_return: float
+    success_rate: float | None = None  # envs that report info["is_success"]
 
     def summary(self) -> str:
+        success = "" if self.success_rate is None else f", success {self.success_rate:.3f}"
         return (
             f"wrote {self.path}: {self.episodes} episodes, {self.transitions} transitions, "
-            f"return {self.mean_return:.1f} +- {self.std_return:.1f}"
+            f"return {self.mean_return:.1f} +- {self.std_return:.1f}{success}"
         )
 
 
@@ -81,6 +83,9 @@ def collect(
         recorded = record_episodes(
             env, act_fn, episodes, action_noise=action_noise, seed=seed, progress=progress, horizon=horizon
         )
+        successes = [e.success for e in recorded]
+        if all(value is not None for value in successes):
+            metadata["episode_success"] = successes  # per episode, in the dataset's order
         path = write_dataset(
             dataset_id,
             recorded,
@@ -97,7 +102,8 @@ def collect(
         env.close()
     returns = np.array([e.episode_return for e in recorded])
     transitions = sum(e.length for e in recorded)
-    return CollectResult(path, len(recorded), transitions, float(returns.mean()), float(returns.std()))
+    rate = float(np.mean(metadata["episode_success"])) if "episode_success" in metadata else None
+    return CollectResult(path, len(recorded), transitions, float(returns.mean()), float(returns.std()), rate)
 
 
 def _from_run(run_dir: Path, num_envs: int) -> tuple[object, Callable, dict, int]:
@@ -129,15 +135,50 @@ def _from_run(run_dir: Path, num_envs: int) -> tuple[object, Callable, dict, int
     return env, act, metadata, horizon
 
 
+def _from_task_expert(path: Path, num_envs: int, seed: int) -> tuple[object, Callable, dict]:
+    """A robot task's env (the config file's, ``num_envs`` rows) and its scripted expert (``task.expert``)."""
+    from robopt.build import build_env
+    from robopt.envs.robot.experts import task_expert
+
+    config = load_config(path)
+    if config.env.id != "robot" or not config.task.expert:
+        raise ConfigError(
+            f"--expert {str(path)!r}: its task has no scripted expert (task.expert: lift or place); the "
+            "shipped tasks with one: configs/ppo_lift_cube.yaml, configs/ppo_place_cube.yaml"
+        )
+    env = build_env(config, num_envs=num_envs, policy_side=False)
+    native = env
+    while hasattr(native, "inner"):
+        native = native.inner
+    if native is not env:
+        raise ConfigError(
+            f"--expert {str(path)!r}: env.observe selects observations; record the task's whole observation"
+        )
+    try:
+        act = task_expert(env, config.task.expert, seed)
+    except ValueError as error:
+        raise ConfigError(f"--expert {str(path)!r}: {error}") from None
+    metadata = {"source": "expert", "algorithm_name": f"scripted expert ({config.task.expert})", "config": str(path)}
+    return env, act, metadata
+
+
 def _from_expert(env_id: str, num_envs: int, seed: int) -> tuple[object, Callable, dict]:
-    """A fresh env of ``env_id`` and its scripted expert from ``robopt.envs.experts.EXPERTS``."""
+    """A fresh env of ``env_id`` and its scripted expert from ``robopt.envs.experts.EXPERTS``; a config file (``.yaml``)
+    names a robot task whose ``task.expert`` acts instead."""
+    if env_id.endswith((".yaml", ".yml")):
+        if not Path(env_id).is_file():
+            raise ConfigError(f"--expert {env_id!r}: no such config file")
+        return _from_task_expert(Path(env_id), num_envs, seed)
     try:
         from robopt.envs.experts import EXPERTS
     except ImportError:
         raise ConfigError("no scripted experts are available in this robopt (robopt.envs.experts is missing)") from None
     if env_id not in EXPERTS:
         available = ", ".join(sorted(EXPERTS)) or "(none)"
-        raise ConfigError(f"no scripted expert for env {env_id!r}; available: {available}")
+        raise ConfigError(
+            f"no scripted expert for env {env_id!r}; available: {available}, or a robot task's config file with "
+            "task.expert (configs/ppo_lift_cube.yaml, configs/ppo_place_cube.yaml)"
+        )
     from robopt.envs import make_env
 
     try:

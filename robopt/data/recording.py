@@ -29,6 +29,7 @@ class Episode:
     rewards: np.ndarray  # [T] float32
     terminations: np.ndarray  # [T] bool
     truncations: np.ndarray  # [T] bool
+    success: bool | None = None  # the env's info["is_success"] at the episode's end (None: it reports none)
 
     @property
     def length(self) -> int:
@@ -81,6 +82,7 @@ def record_episodes(
             obs, reward, terminated, truncated, info = env.step(action)
             player.episodes_ended(terminated | truncated)
             arrays = [t.cpu().numpy() for t in (action, reward, terminated, truncated, obs, info["final_obs"])]
+            success = info["is_success"].cpu().numpy() if "is_success" in info else None
             action_np, reward_np, terminated_np, truncated_np, obs_np, final_obs_np = arrays
             for row, buffer in enumerate(rows):
                 buffer.add(action_np[row], reward_np[row], terminated_np[row], truncated_np[row])
@@ -88,7 +90,7 @@ def record_episodes(
                     buffer.observations.append(obs_np[row])
                     continue
                 if len(finished) < episodes:
-                    finished.append(buffer.finish(final_obs_np[row]))
+                    finished.append(buffer.finish(final_obs_np[row], None if success is None else bool(success[row])))
                 rows[row] = _RowBuffer(obs_np[row])  # the env already reset this row: obs is the new episode's first
             update(len(finished))
     return finished
@@ -147,13 +149,14 @@ class _RowBuffer:
         self.terminations.append(terminated)
         self.truncations.append(truncated)
 
-    def finish(self, final_obs: np.ndarray) -> Episode:
+    def finish(self, final_obs: np.ndarray, success: bool | None = None) -> Episode:
         return Episode(
             observations=np.stack([*self.observations, final_obs]).astype(np.float32),
             actions=np.stack(self.actions).astype(np.float32),
             rewards=np.asarray(self.rewards, dtype=np.float32),
             terminations=np.asarray(self.terminations, dtype=bool),
             truncations=np.asarray(self.truncations, dtype=bool),
+            success=success,
         )
 
 

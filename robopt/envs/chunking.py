@@ -14,8 +14,9 @@ before the policy is asked again, the chunk's rewards summed. ``ActionChunkEnv(e
     info["episode_return"] [N], info["episode_length"] [N]: the inner env's, from that end (0 elsewhere); the
         length counts inner steps, not chunks.
     Every other info tensor whose leading dim is N (``final_privileged_obs`` [N, P], ``is_success`` [N],
-    ``unstable`` [N]...): from the end sub-step for rows that ended, else from the last sub-step. Other info
-    values are those of the last sub-step.
+    ``unstable`` [N]...): from the end sub-step for rows that ended, else from the last sub-step. ``info["log"]``'s
+    (sum, count) statistics (``env/success`` over the episodes that ended) are summed over the sub-steps. Other
+    info values are those of the last sub-step.
     obs [N, D]: the inner obs after the last sub-step.
 
 Rows that end mid-chunk: the inner vector env auto-resets the row and keeps stepping every row, so for the rest
@@ -93,6 +94,7 @@ class ActionChunkEnv(WrappedEnv):
         ended = torch.zeros(num_envs, dtype=torch.bool, device=self.device)  # [N]: ended earlier in this chunk
         total = terminated = truncated = None
         captured: dict[str, torch.Tensor] = {}  # leading-dim-N info tensors: first end's value for rows that ended
+        counted: dict[str, tuple] = {}  # info["log"]'s (sum, count) statistics over every sub-step
         for h in range(self.horizon):
             sub_action = torch.where(ended.to(action.device)[:, None], neutral, chunk[:, h])  # [N, A]
             obs, reward, sub_terminated, sub_truncated, info = self.inner.step(sub_action)
@@ -105,6 +107,10 @@ class ActionChunkEnv(WrappedEnv):
                 total = total + masked
                 terminated = torch.where(first_end, sub_terminated, terminated)
                 truncated = torch.where(first_end, sub_truncated, truncated)
+            for name, value in info.get("log", {}).items():
+                if isinstance(value, tuple):  # (sum, count) statistics: summed over the sub-steps
+                    before = counted.get(name)
+                    counted[name] = value if before is None else (before[0] + value[0], before[1] + value[1])
             for key, value in info.items():
                 if _per_row(value, num_envs):
                     previous = captured.get(key, value)
@@ -114,6 +120,8 @@ class ActionChunkEnv(WrappedEnv):
         for key, value in info.items():  # the last sub-step's info; per-row tensors of ended rows from their end
             out[key] = torch.where(_rows(ended, value), captured[key], value) if key in captured else value
         out["final_obs"] = torch.where(ended[:, None], captured["final_obs"], obs)
+        if counted:
+            out["log"] = {**out.get("log", {}), **counted}
         return obs, total, terminated, truncated, out
 
 

@@ -45,16 +45,22 @@ class EpisodeTracker:
 
 class EnvLog:
     """Means of the scalar statistics an env reports under ``info["log"]`` (Isaac Lab's ``extras["log"]``), over
-    the steps that reported each one; logged as ``env/<name>``."""
+    the steps that reported each one (or over what a (sum, count) pair counts); logged as ``env/<name>``."""
 
     def __init__(self) -> None:
         self.sums: dict[str, torch.Tensor] = {}
         self.counts: dict[str, int] = {}
 
     def add(self, info: dict) -> None:
+        """A value, or a (sum, count) pair: a mean over what the count counts (episodes that ended) across steps."""
         for name, value in info.get("log", {}).items():
-            self.sums[name] = self.sums.get(name, 0.0) + value
-            self.counts[name] = self.counts.get(name, 0) + 1
+            total, count = value if isinstance(value, tuple) else (value, 1)
+            self.sums[name] = self.sums.get(name, 0.0) + total
+            self.counts[name] = self.counts.get(name, 0) + count
 
     def values(self) -> dict[str, float]:
-        return {f"env/{name}": float(total) / self.counts[name] for name, total in self.sums.items()}
+        return {
+            f"env/{name}": float(total) / float(self.counts[name])
+            for name, total in self.sums.items()
+            if float(self.counts[name]) > 0
+        }

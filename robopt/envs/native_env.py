@@ -20,7 +20,9 @@ implement the optional hooks of ``robopt.envs.tasks.base.ContextTask``; the env 
 Goal-conditioned tasks (a task with ``achieved_goal``, ``robopt.envs.tasks.goal``): the env also has the obs
 slices ``achieved_goal`` and ``desired_goal``, ``compute_reward(achieved_goal [B, G], desired_goal [B, G]) -> [B]``
 (for hindsight relabelling) and ``info["is_success"]`` [N] bool from ``final_obs`` at every step. Other envs have
-none of these attributes, so ``hasattr(env, "compute_reward")`` tells the two apart.
+none of these attributes, so ``hasattr(env, "compute_reward")`` tells the two apart. A term task with a success term
+(``reports_success``) also gives ``info["is_success"]`` (its success in the state the step reached), and the share of
+the episodes ending at the step that succeeded as ``info["log"]["success"]`` (``env/success``).
 """
 
 from __future__ import annotations
@@ -79,6 +81,10 @@ class NativeVecEnv:
         self.action_dim = model.nu
         ctrl_range = torch.tensor(model.actuator_ctrlrange, dtype=torch.float32, device=self.device)  # [A, 2]
         self.action_low, self.action_high = ctrl_range[:, 0].contiguous(), ctrl_range[:, 1].contiguous()
+        bounds = getattr(task, "action_bounds", None)  # a task whose action is not the actuators' ctrl
+        if bounds is not None:
+            self.action_low, self.action_high = (bound.to(self.device, torch.float32).contiguous() for bound in bounds)
+        self._to_ctrl = getattr(task, "action_to_ctrl", None)  # ctrl(action [N, A], state) for the actuators
         self.dt = model.opt.timestep * task.frame_skip
         self.randomization = Randomization.from_config(randomization)
         self._context = hasattr(task, "update_context")  # a ContextTask (robopt.envs.tasks.base)
@@ -99,6 +105,7 @@ class NativeVecEnv:
         self._tracker = EpisodeTracker(self.num_envs, self.device)
         self._obs, self._position = self._reset_rows(torch.arange(self.num_envs))  # [N, D], [N, P]
         self.obs_dim = self._obs.shape[1]
+        self._reports_success = bool(getattr(task, "reports_success", False))
         self._goal_task = hasattr(task, "achieved_goal")
         if self._goal_task:  # instance attributes only: envs without goals must not have them
             self.achieved_goal, self.desired_goal = task.achieved_goal, task.desired_goal
@@ -124,6 +131,8 @@ class NativeVecEnv:
         if randomizer.acts_on_actions:  # the action the actuators apply (delayed, noisy)
             action = randomizer.action(action.detach().to(self.device, self._position.dtype))
         action = action.detach().to(self.physics.device, self._position.dtype)
+        if self._to_ctrl is not None:
+            action = self._to_ctrl(action, self.physics.state())
         if self.randomization.pushes:
             rows, force = randomizer.push_step()
             self.physics.set_external_force(rows, randomizer.push_body, force)
@@ -133,6 +142,7 @@ class NativeVecEnv:
         if self._context:  # actions, contacts, counters after the physics step; read by the reward
             task.update_context(state, commanded)
         reward, terminated = task.reward(state, action, self._position, self.dt)
+        success = task.success.to(self.device, copy=True) if self._reports_success else None  # before any reset
         reward, terminated = reward.to(self.device, torch.float32), terminated.to(self.device)
         if self._context:  # commands whose time is up change, then the new observation frame
             task.advance(state)
@@ -162,11 +172,20 @@ class NativeVecEnv:
             info["log"] = task.log()
         if final_privileged is not None:
             info["final_privileged_obs"] = final_privileged
+        if self._reports_success:  # a term task's success term (its hold time included) in the step's state
+            success = success & ~unstable
+            info["is_success"] = success
+            info.setdefault("log", {})["success"] = ((success & done).sum(), done.sum())  # over episodes that ended
         if self._goal_task:  # the success of an episode that ended is that of its last (noise-free) observation
             last = torch.where(unstable[:, None], self._obs, clean_obs)
             info["is_success"] = self.task.is_success(last[:, self.achieved_goal], last[:, self.desired_goal])
         self._obs, self._position = next_obs, position
         return next_obs.clone(), reward, terminated, truncated, info
+
+    @property
+    def episode_steps(self) -> torch.Tensor:
+        """Steps each row's running episode has taken [N] (0 right after its reset): a scripted expert's clock."""
+        return self._elapsed
 
     def privileged_obs(self) -> torch.Tensor:
         """Per-env randomization values in use, [N, privileged_dim] float32 on the env device; [N, 0] when off.

@@ -25,8 +25,9 @@ import torch
 
 from robopt.envs.robot.config import RobotConfig
 from robopt.envs.robot.mjcf import compile_spec, load_spec, match_all, movable, names_of, resolve_mjcf
-from robopt.envs.robot.model import RobotModel
-from robopt.envs.robot.sensors import Sensors, add_contact_groups, add_end_effector, add_feet, add_imu
+from robopt.envs.robot.model import GripperTables, RobotModel
+from robopt.envs.robot.scene import SceneConfig, add_scene, object_tables
+from robopt.envs.robot.sensors import Sensors, add_contact_groups, add_end_effector, add_feet, add_grasp, add_imu
 
 _INTEGRATORS = {"euler": "mjINT_EULER", "implicit": "mjINT_IMPLICIT", "implicitfast": "mjINT_IMPLICITFAST",
                 "rk4": "mjINT_RK4"}  # fmt: skip
@@ -48,6 +49,57 @@ def _joint_settings(config: RobotConfig, model: mujoco.MjModel) -> tuple[list[in
                 )
             settings[joint] = {**config.joints[pattern], "pattern": pattern}
     return sorted(settings), settings
+
+
+def _gripper(config: RobotConfig, model: mujoco.MjModel, settings: dict, qpos0: np.ndarray) -> dict[int, float]:
+    """The gripper's driven joint joins the actuated ones (its servo centred between open and closed, one action
+    unit either way); every finger starts open. Returns the driven joint's servo centre by joint id."""
+    gripper = config.gripper
+    names = names_of(model, mujoco.mjtObj.mjOBJ_JOINT, model.njnt)
+    drivable = movable(model, names)
+    ids = []
+    for name in gripper.joints:
+        if name not in drivable:
+            listed = ", ".join(n for n in drivable if n) or "(none)"
+            raise ValueError(
+                f"robot.gripper.joints: {name!r} is not a hinge or slide joint of the model; joints: {listed}"
+            )
+        joint = names.index(name)
+        if joint in settings:
+            raise ValueError(
+                f"robot.gripper.joints: {name!r} is also matched by robot.joints pattern "
+                f"{settings[joint]['pattern']!r}; the gripper drives its fingers itself"
+            )
+        low, high = model.jnt_range[joint]
+        for key in ("open", "closed"):
+            value = getattr(gripper, key)
+            if model.jnt_limited[joint] and not low - 1e-9 <= value <= high + 1e-9:
+                raise ValueError(f"robot.gripper.{key}={value} is outside {name}'s range [{low:.4g}, {high:.4g}]")
+        qpos0[model.jnt_qposadr[joint]] = gripper.open
+        ids.append(joint)
+    driven = ids[0]
+    scale = (gripper.open - gripper.closed) / 2.0
+    settings[driven] = {
+        "kp": gripper.kp,
+        "kd": gripper.kd,
+        "effort": gripper.effort,
+        "scale": scale,
+        "pattern": "gripper",
+    }
+    return {driven: (gripper.open + gripper.closed) / 2.0}
+
+
+def _couple_fingers(spec: mujoco.MjSpec, config: RobotConfig) -> None:
+    """Each finger after the first follows it: q_other = q_first (a joint equality; mirrored axes close both)."""
+    first, *others = config.gripper.joints
+    for other in others:
+        spec.add_equality(
+            name=f"robopt_gripper_{other}",
+            type=mujoco.mjtEq.mjEQ_JOINT,
+            name1=other,
+            name2=first,
+            data=[0.0, 1.0] + [0.0] * 10,
+        )
 
 
 def _default_pose(config: RobotConfig, model: mujoco.MjModel) -> np.ndarray:
@@ -154,8 +206,11 @@ def _add_floor(spec: mujoco.MjSpec, model: mujoco.MjModel, config: RobotConfig) 
     return "floor"
 
 
-def _add_actuators(spec, model, config: RobotConfig, joints: list[int], settings: dict, qpos0: np.ndarray) -> dict:
-    """robopt's actuators on ``joints`` (see the module doc); returns their per-joint tables."""
+def _add_actuators(
+    spec, model, config: RobotConfig, joints: list[int], settings: dict, qpos0: np.ndarray, centres: dict
+) -> dict:
+    """robopt's actuators on ``joints`` (see the module doc); returns their per-joint tables. ``centres``: a servo
+    centre other than the default pose by joint (the gripper's, between open and closed)."""
     for actuator in list(spec.actuators):
         spec.delete(actuator)
     table = {key: [] for key in ("scale", "offset", "kp", "kd", "effort")}
@@ -167,16 +222,17 @@ def _add_actuators(spec, model, config: RobotConfig, joints: list[int], settings
                 setattr(joint_spec, key, float(entry[key]))
         scale, effort = float(entry.get("scale", config.action_scale)), float(entry.get("effort", 0.0))
         actuator = spec.add_actuator(name=f"{name}_actuator", target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT)
-        if config.action == "joint_position":
+        if config.action in ("joint_position", "joint_position_delta"):
             if "kp" not in entry:
                 raise ValueError(f"robot.joints.{entry['pattern']}: kp is required for action joint_position")
-            kp, kd, default = float(entry["kp"]), float(entry.get("kd", 0.0)), float(qpos0[model.jnt_qposadr[joint]])
+            kp, kd = float(entry["kp"]), float(entry.get("kd", 0.0))
+            default = float(centres.get(joint, qpos0[model.jnt_qposadr[joint]]))
             actuator.gainprm = [kp * scale] + [0.0] * 9
             actuator.biastype = mujoco.mjtBias.mjBIAS_AFFINE
             actuator.biasprm = [kp * default, -kp, -kd] + [0.0] * 7
             if model.jnt_limited[joint]:
                 low, high = model.jnt_range[joint]
-                actuator.ctrlrange = [(low - default) / scale, (high - default) / scale]
+                actuator.ctrlrange = sorted([(low - default) / scale, (high - default) / scale])
                 actuator.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
             offset = default
         else:
@@ -230,12 +286,15 @@ def _camera(spec, model, base: int, floating: bool) -> None:
     body.add_camera(name="track", mode=mode, pos=list(offset), xyaxes=[*x_axis, *y_axis])
 
 
-def build_robot(config: RobotConfig, contact_groups: dict | None = None) -> RobotModel:
+def build_robot(
+    config: RobotConfig, contact_groups: dict | None = None, scene: SceneConfig | None = None
+) -> RobotModel:
     """Compile the robot of ``config`` with what its task reads; ValueError (one line, naming the key) on bad input.
 
     ``contact_groups``: tuples of body regular expressions whose contacts terms count -> the config key that named
     them (for messages; ``robopt.envs.robot.terms.contact_groups``). The end effector's sensors are added when
-    ``robot.end_effector`` names one (the terms that need it say so when it does not).
+    ``robot.end_effector`` names one (the terms that need it say so when it does not). ``scene`` (the task's): its
+    table and objects, and a contact sensor between each finger of ``robot.gripper`` and each object.
     """
     path = resolve_mjcf(config.mjcf)
     spec = load_spec(path)
@@ -243,7 +302,13 @@ def build_robot(config: RobotConfig, contact_groups: dict | None = None) -> Robo
     base = _base(config, model)
     free_joint = _free_joint(model, base)
     qpos0 = _default_pose(config, model)
+    centres: dict[int, float] = {}
     if config.actuators == "auto" and model.nu > 0:
+        if config.gripper.joints:
+            raise ValueError(
+                "robot.gripper drives the fingers with robopt's servo, but the description has its own actuators "
+                "(kept with actuators: auto); use actuators: replace"
+            )
         if config.joints:
             raise ValueError(
                 "robot.joints sets gains, but the description has its own actuators (kept with "
@@ -255,7 +320,11 @@ def build_robot(config: RobotConfig, contact_groups: dict | None = None) -> Robo
         if not config.joints:
             raise ValueError("robot.joints is empty: name the actuated joints (regular expression -> {kp, kd, effort})")
         joints, settings = _joint_settings(config, model)
-        table = _add_actuators(spec, model, config, joints, settings, qpos0)
+        if config.gripper.joints:
+            centres = _gripper(config, model, settings, qpos0)
+            joints = sorted(settings)
+            _couple_fingers(spec, config)
+        table = _add_actuators(spec, model, config, joints, settings, qpos0, centres)
         action_type = config.action
     _set_options(spec, config)
     floor = _add_floor(spec, model, config)
@@ -269,9 +338,16 @@ def build_robot(config: RobotConfig, contact_groups: dict | None = None) -> Robo
     if config.gravity_compensation:
         for body in spec.bodies[1:]:
             body.gravcomp = 1.0
+    objects = add_scene(spec, scene) if scene is not None and scene.objects else ()  # after: objects have weight
+    fingers = [
+        int(model.jnt_bodyid[names_of(model, mujoco.mjtObj.mjOBJ_JOINT, model.njnt).index(name)])
+        for name in config.gripper.joints
+    ]
+    if fingers and objects:
+        add_grasp(spec, model, fingers, [obj.name for obj in objects], sensors)
     _camera(spec, model, base, free_joint >= 0)
     compiled = compile_spec(spec, path)
-    return _tables(
+    robot = _tables(
         config,
         compiled,
         model,
@@ -286,6 +362,13 @@ def build_robot(config: RobotConfig, contact_groups: dict | None = None) -> Robo
         foot_radius,
         sensors.slices(compiled),
     )
+    if config.gripper.joints:
+        driven = robot.joint_names.index(config.gripper.joints[0])
+        gripper = GripperTables(config.gripper.joints, driven, config.gripper.open, config.gripper.closed)
+        object.__setattr__(robot, "gripper", gripper)
+    if objects:
+        object.__setattr__(robot, "objects", object_tables(compiled, objects, scene.table))
+    return robot
 
 
 def _tables(
@@ -310,7 +393,7 @@ def _tables(
     joint_range = torch.tensor(np.where(limited[:, None], compiled.jnt_range[ids], [[-np.inf, np.inf]]))
     actuator_of = {int(compiled.actuator_trnid[a, 0]): a for a in range(compiled.nu)}
     qpos_index = torch.tensor(compiled.jnt_qposadr[ids], dtype=torch.long)
-    init = torch.tensor(qpos0, dtype=torch.float64)
+    init = torch.tensor(np.concatenate([qpos0, compiled.qpos0[len(qpos0) :]]), dtype=torch.float64)  # + objects
     free_qpos = int(compiled.jnt_qposadr[free_joint]) if free_joint >= 0 else -1
     if free_qpos >= 0:
         quat = init[free_qpos + 3 : free_qpos + 7]

@@ -15,7 +15,7 @@ can move them between draws.
 ``velocity``: (forward m/s, lateral m/s, yaw rate rad/s) in the base's heading frame, each uniform in its range; a
 ``standing`` share of the draws is all zeros (the robot must also learn to stand still). ``pose``: an end-effector
 target in the base frame, position uniform in a box and orientation from uniform roll, pitch and yaw (intrinsic
-z-y-x), as (x, y, z, qw, qx, qy, qz).
+z-y-x), as (x, y, z, qw, qx, qy, qz). ``target``: where an object should go (x, y, z, cos yaw, sin yaw).
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ class Command(ABC):
     keys: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
     defaults: dict[str, tuple[float, float]] = {}
+    default_resample_s: tuple[float, float] = (10.0, 10.0)
     provides: tuple[str, ...] = ()
     # how a robot computer receives it: {"topic": key of robot.topics, "type": message, "fields": {name: field}}
     deploy: dict | None = None
@@ -73,7 +74,7 @@ class Command(ABC):
                 f"{section}.{unknown[0]}: unknown key of a {self.kind} command; allowed: {', '.join(allowed)}"
             )
         self.ranges = {key: _range(f"{section}.{key}", config.get(key, self.defaults[key])) for key in self.keys}
-        self.resample_s = _range(f"{section}.resample_s", config.get("resample_s", [10.0, 10.0]))
+        self.resample_s = _range(f"{section}.resample_s", config.get("resample_s", list(self.default_resample_s)))
         if self.resample_s[0] <= 0:
             raise ValueError(f"{section}.resample_s: expected seconds > 0, got {list(self.resample_s)}")
         self.value: torch.Tensor | None = None  # [N, C], once bound
@@ -154,6 +155,7 @@ class Command(ABC):
 
 VELOCITY = command("velocity")  # the need of the terms that read a velocity command
 POSE = command("pose")  # ... and of those that read an end-effector target
+TARGET = command("target")  # ... and of those that read where an object should go
 
 
 @command_kind("velocity")
@@ -203,6 +205,23 @@ class PoseCommand(Command):
         quat = euler_quat(draw[:, 3], draw[:, 4], draw[:, 5])
         quat = torch.where(quat[:, :1] < 0, -quat, quat)  # w >= 0: one of the two quaternions of a rotation
         return torch.cat([draw[:, :3], quat], dim=1)
+
+
+@command_kind("target")
+class TargetCommand(Command):
+    """Where an object should go, in the base frame: a position in a box and a yaw about the vertical, drawn at
+    every reset and kept for the episode (unless ``resample_s`` says otherwise); elements (x, y, z, cos yaw, sin
+    yaw). Its x and y ranges must lie on the table of the task's scene."""
+
+    keys = ("x", "y", "z", "yaw")
+    names = ("x", "y", "z", "cos_yaw", "sin_yaw")
+    defaults = {"x": (0.4, 0.6), "y": (-0.2, 0.2), "z": (0.02, 0.02), "yaw": (0.0, 0.0)}
+    default_resample_s = (1.0e6, 1.0e6)
+    provides = ("target",)
+
+    def sample(self, num: int, generator: torch.Generator) -> torch.Tensor:
+        draw = self.uniform(num, generator)  # [M, 4]
+        return torch.cat([draw[:, :3], torch.cos(draw[:, 3:]), torch.sin(draw[:, 3:])], dim=1)
 
 
 def parse_command(config, section: str = "task.commands") -> Command | None:

@@ -14,8 +14,9 @@ from numbers import Real
 from robopt.config import ConfigError
 from robopt.envs.robot.commands import parse_command
 from robopt.envs.robot.library import REGISTRY
+from robopt.envs.robot.scene import SceneConfig
 from robopt.envs.robot.terms import parse_terms
-from robopt.options import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, option
+from robopt.options import AT_LEAST_ONE, FINITE, NON_NEGATIVE, POSITIVE, option
 
 ROBOT_ENV_ID = "robot"
 JOINT_KEYS = ("kp", "kd", "effort", "armature", "damping", "frictionloss", "scale")
@@ -61,6 +62,26 @@ class FloorConfig:
 
 
 @dataclass(frozen=True)
+class GripperConfig:
+    joints: tuple[str, ...] = option(
+        (),
+        "a parallel-jaw gripper's finger joints (names): the first is driven (one action element, -1 closed, +1 "
+        "open), the others follow it through joint equalities; () = no gripper",
+    )
+    open: float = option(0.04, "the driven joint's position when open (m or rad)", check=FINITE)
+    closed: float = option(0.0, "its position when closed (m or rad)", check=FINITE)
+    kp: float = option(200.0, "position gain of the finger servo (N/m or N m/rad)", check=POSITIVE)
+    kd: float = option(5.0, "its damping gain", check=NON_NEGATIVE)
+    effort: float = option(20.0, "the finger servo's force limit (N or N m): the grip force", check=POSITIVE)
+
+    def __post_init__(self) -> None:
+        if self.joints and self.open == self.closed:
+            raise ValueError(f"gripper.open and gripper.closed must differ, both are {self.open}")
+        if len(set(self.joints)) != len(self.joints):
+            raise ValueError(f"gripper.joints: a joint is named twice in {list(self.joints)}")
+
+
+@dataclass(frozen=True)
 class RobotConfig:
     mjcf: str = option(
         "",
@@ -76,8 +97,10 @@ class RobotConfig:
     default_pose: dict = option({}, "joint regular expression -> default position (rad); others keep the model's")
     action: str = option(
         "joint_position",
-        "joint_position: PD targets default + scale * action; joint_effort: torques scale * action",
-        ("joint_position", "joint_effort"),
+        "joint_position: PD targets default + scale * action; joint_position_delta: PD targets the measured "
+        "positions + scale * action, the action in [-1, 1] (a gripper's element stays absolute); joint_effort: "
+        "torques scale * action",
+        ("joint_position", "joint_position_delta", "joint_effort"),
     )
     action_scale: float = option(
         0.25, "the action's scale (rad, or N m for joint_effort); a joint's `scale` wins", check=POSITIVE
@@ -96,6 +119,7 @@ class RobotConfig:
     feet: tuple[str, ...] = option((), "foot geoms or bodies (regular expressions, full match)")
     end_effector: str = option("", "an arm's end-effector site or body (for pose commands and terms)")
     gravity_compensation: bool = option(False, "cancel gravity on the robot's bodies (an arm's controller does)")
+    gripper: GripperConfig = option(GripperConfig(), "a parallel-jaw gripper: one action element for its fingers")
     sim: SimConfig = option(SimConfig(), "physics timestep, decimation and solver")
     floor: FloorConfig = option(FloorConfig(), "the ground added under the robot")
 
@@ -134,6 +158,17 @@ class TaskConfig:
         "mjlab's convention); false: per step (an off-policy learner's critics prefer rewards near 1 per step)",
     )
     terminations: dict = option({}, "termination terms: name -> {params}; the time limit truncates instead")
+    success: dict = option(
+        {},
+        "at most one success term: name -> {params}: the episode's success (info is_success, env/success), read by "
+        "the success reward and termination",
+    )
+    scene: SceneConfig = option(SceneConfig(), "a table and the objects on it (manipulation tasks)")
+    expert: str = option(
+        "",
+        "the task's scripted expert (robopt collect --expert CONFIG): lift or place ('' = none)",
+        ("", "lift", "place"),
+    )
     reset: dict = option(
         {},
         "reset spread: joint_pos [lo, hi] (rad, added), base_yaw (rad, +-), base_xy (m, +-), base_velocity "
@@ -170,7 +205,15 @@ def parse_task_terms(task: TaskConfig) -> dict:
         "critic": parse_terms("observation", "critic", task.critic, REGISTRY["observation"]),
         "rewards": parse_terms("reward", "rewards", task.rewards, REGISTRY["reward"]),
         "terminations": parse_terms("termination", "terminations", task.terminations, REGISTRY["termination"]),
+        "success": _success_terms(task),
     }
+
+
+def _success_terms(task: TaskConfig):
+    terms = parse_terms("success", "success", task.success, REGISTRY["success"])
+    if len(terms) > 1:
+        raise ValueError(f"success: one success term per task, got {', '.join(t.name for t in terms)}")
+    return terms
 
 
 def robot_env_options(config) -> dict:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from robopt.envs.robot import observations, rewards, terminations
+from robopt.envs.robot import manipulation, observations, rewards, terminations
 from robopt.envs.robot.terms import TermInfo, collect
 
-REGISTRY: dict[str, dict[str, TermInfo]] = collect(observations, rewards, terminations)
+REGISTRY: dict[str, dict[str, TermInfo]] = collect(observations, rewards, terminations, manipulation)
 
 
 def describe(kind: str) -> list[tuple[str, str]]:

@@ -10,6 +10,19 @@ from dataclasses import dataclass, field
 import mujoco
 import torch
 
+from robopt.envs.robot.scene import ObjectTables
+
+
+@dataclass(frozen=True)
+class GripperTables:
+    """A parallel-jaw gripper: its finger joints, the action element that drives them, and its open and closed
+    positions (the driven joint's)."""
+
+    joints: tuple[str, ...]
+    action_index: int
+    open: float
+    closed: float
+
 
 @dataclass(frozen=True)
 class RobotModel:
@@ -23,7 +36,7 @@ class RobotModel:
     actuator_index: torch.Tensor  # [A] long: the actuator driving each action
     joint_range: torch.Tensor  # [A, 2] float64, +-inf where unlimited
     default_pose: torch.Tensor  # [A] float64
-    action_type: str  # joint_position, joint_effort, or native (the description's own actuators)
+    action_type: str  # joint_position, joint_position_delta, joint_effort, or native (the description's own)
     action_scale: torch.Tensor  # [A]
     action_offset: torch.Tensor  # [A]: target (or torque) = offset + scale * action
     kp: torch.Tensor  # [A] (0 for effort or native)
@@ -41,6 +54,8 @@ class RobotModel:
     end_effector: str
     sensors: dict[str, slice] = field(default_factory=dict)
     init_qpos: torch.Tensor = None  # [Q] float64: the default pose at the reset height
+    gripper: GripperTables | None = None
+    objects: ObjectTables | None = None  # the task's scene (robopt.envs.robot.scene)
 
     @property
     def num_feet(self) -> int:

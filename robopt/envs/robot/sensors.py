@@ -158,3 +158,20 @@ def add_end_effector(spec, model, config: RobotConfig, sensors: Sensors) -> None
         )
     sensors.add("ee_pos", "mjSENS_FRAMEPOS", mujoco.mjtObj.mjOBJ_SITE, site)
     sensors.add("ee_quat", "mjSENS_FRAMEQUAT", mujoco.mjtObj.mjOBJ_SITE, site)
+
+
+def add_grasp(spec, model, fingers: list[int], objects: list[str], sensors: Sensors) -> None:
+    """Per object, a contact sensor (found, net force) between each finger body and the object's body: group
+    ``grasp:<object>``, [F * 4] in sensordata."""
+    for obj in objects:
+        for finger in fingers:
+            name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, finger)
+            sensors.add(
+                f"grasp:{obj}",
+                "mjSENS_CONTACT",
+                mujoco.mjtObj.mjOBJ_BODY,
+                name,
+                (_CONTACT_FOUND | _CONTACT_FORCE, _REDUCE_NETFORCE, 1),
+                reftype=mujoco.mjtObj.mjOBJ_BODY,
+                refname=obj,
+            )

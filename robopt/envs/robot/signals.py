@@ -235,6 +235,72 @@ class Signals:
         """End-effector orientation in the base frame [N, 4]."""
         return quat_multiply(quat_conjugate(self.base_frame_quat), self.ee_quat)
 
+    # -- objects and the gripper (manipulation) ---------------------------------------------------------------------
+    def object_index(self, name: str) -> int:
+        """The index of the scene object ``name`` ('' = the first); a ValueError listing the objects otherwise."""
+        names = self.robot.objects.names
+        if not name:
+            return 0
+        if name not in names:
+            raise ValueError(f"object {name!r} is not in task.scene.objects ({', '.join(names)})")
+        return names.index(name)
+
+    @cached_property
+    def objects_pos(self) -> torch.Tensor:
+        """World positions of the objects' origins [N, O, 3] (their free joints' qpos)."""
+        return self.state["qpos"][:, self.robot.objects.pos_index]
+
+    @cached_property
+    def objects_quat(self) -> torch.Tensor:
+        """World orientations of the objects [N, O, 4]."""
+        return self.state["qpos"][:, self.robot.objects.quat_index]
+
+    @cached_property
+    def objects_lin_vel(self) -> torch.Tensor:
+        """World linear velocities of the objects [N, O, 3] (m/s)."""
+        return self.state["qvel"][:, self.robot.objects.lin_index]
+
+    @cached_property
+    def objects_ang_vel(self) -> torch.Tensor:
+        """Angular velocities of the objects in the world frame [N, O, 3] (rad/s; MuJoCo's free joint holds them in
+        the body's frame)."""
+        return quat_rotate(self.objects_quat, self.state["qvel"][:, self.robot.objects.ang_index])
+
+    @cached_property
+    def objects_pos_base(self) -> torch.Tensor:
+        """Object positions in the base frame [N, O, 3]."""
+        quat = self.base_frame_quat[:, None, :].expand(-1, self.objects_pos.shape[1], -1)
+        return quat_rotate_inverse(quat, self.objects_pos - self.base_frame_pos[:, None, :])
+
+    @cached_property
+    def objects_quat_base(self) -> torch.Tensor:
+        """Object orientations in the base frame [N, O, 4]."""
+        quat = self.base_frame_quat[:, None, :].expand(-1, self.objects_quat.shape[1], -1)
+        return quat_multiply(quat_conjugate(quat), self.objects_quat)
+
+    @cached_property
+    def objects_height(self) -> torch.Tensor:
+        """Height of each object's origin above its resting height on the table [N, O] (m)."""
+        return self.objects_pos[..., 2] - self.robot.objects.rest_z.to(self.objects_pos)
+
+    @cached_property
+    def gripper_opening(self) -> torch.Tensor:
+        """How open the gripper is [N]: 0 closed, 1 open (its driven joint between the two)."""
+        gripper = self.robot.gripper
+        position = self.joint_pos[:, gripper.action_index]
+        return (position - gripper.closed) / (gripper.open - gripper.closed)
+
+    def finger_contacts(self, index: int) -> torch.Tensor:
+        """Whether each finger touches object ``index`` [N, F] bool."""
+        name = self.robot.objects.names[index]
+        found = self._sensor(f"grasp:{name}").reshape(self.state["qpos"].shape[0], -1, 4)[..., 0]
+        return found > 0
+
+    @cached_property
+    def success(self) -> torch.Tensor:
+        """Whether the task's success term holds this step [N] bool (set by the task before the terminations)."""
+        return torch.zeros(self.joint_pos.shape[0], dtype=torch.bool, device=self.joint_pos.device)
+
     # -- the context -----------------------------------------------------------------------------------------------
     @cached_property
     def command(self) -> torch.Tensor:

@@ -15,6 +15,7 @@ it from ``policy.history`` (``robopt.envs.history``), the one window layout the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 
@@ -48,9 +49,17 @@ class TermTask:
         self.fields = FIELDS
         self.observation_terms, self.critic_terms = self.sections["observations"], self.sections["critic"]
         self.reward_terms, self.termination_terms = self.sections["rewards"], self.sections["terminations"]
+        self.success_terms = self.sections["success"]
+        self.reports_success = bool(self.success_terms)  # the env reports info["is_success"]
         self.command: Command | None = parse_command(config.commands)
         self._check_needs()
+        self._check_target_on_table()
         self.action_low, self.action_high = self._action_bounds()
+        self.action_bounds = self.action_to_ctrl = None  # the env's actuator ranges and ctrl = action, unless delta
+        if robot.action_type == "joint_position_delta":
+            self.action_low, self.action_high = -torch.ones_like(self.action_low), torch.ones_like(self.action_high)
+            self.action_bounds = (self.action_low, self.action_high)
+            self.action_to_ctrl = self._delta_ctrl
         self.step_generator = torch.Generator(device=self.device)
         self._robot_tensors()
         self.context: Context | None = None  # built by ``bind`` once a first state is known
@@ -70,6 +79,28 @@ class TermTask:
         if not self.reward_terms:
             raise ValueError("task.rewards is empty: list the reward terms with their weights")
 
+    def _delta_ctrl(self, action: torch.Tensor, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``joint_position_delta``: the actuators' ctrl [N, A] whose PD targets are the measured joint positions
+        moved by scale * action (the servo's target is offset + scale * ctrl); a gripper's element is absolute."""
+        robot = self.robot
+        scale, offset = robot.action_scale.to(action), robot.action_offset.to(action)
+        ctrl = (state["qpos"][:, robot.qpos_index].to(action) - offset) / scale + action
+        if robot.gripper is not None:
+            ctrl[:, robot.gripper.action_index] = action[:, robot.gripper.action_index]
+        return ctrl
+
+    def _check_target_on_table(self) -> None:
+        """A target command's x and y ranges lie on the scene's table (one line naming the key)."""
+        objects = self.robot.objects
+        if self.command is None or "target" not in self.command.provides or objects is None:
+            return
+        base = self.robot.base_world_pos.cpu()
+        for axis, key in enumerate(("x", "y")):
+            low, high = self.command.ranges[key]
+            lo, hi = float(objects.table_low[axis] - base[axis]), float(objects.table_high[axis] - base[axis])
+            if low < lo - 1e-9 or high > hi + 1e-9:
+                raise ValueError(f"task.commands.{key}: [{low}, {high}] leaves the table ([{lo:.4g}, {hi:.4g}] m)")
+
     def _action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
         model = self.robot.model
         ctrl = torch.tensor(model.actuator_ctrlrange, dtype=self.dtype)  # [U, 2]
@@ -86,6 +117,9 @@ class TermTask:
             object.__setattr__(robot, name, getattr(robot, name).to(self.device))
         for name in ("joint_range", "default_pose", "foot_radius", "base_world_pos", "base_world_quat"):
             object.__setattr__(robot, name, getattr(robot, name).to(self.device, self.dtype))
+        if robot.objects is not None:
+            for name in ("pos_index", "quat_index", "lin_index", "ang_index"):
+                object.__setattr__(robot.objects, name, getattr(robot.objects, name).to(self.device))
 
     def bind(self, state: dict[str, torch.Tensor]) -> None:
         """Build the context and the stateful terms from a first state; every term is run once, so a hook that fails
@@ -122,7 +156,9 @@ class TermTask:
         self.frame = zeros(n, self.obs_width)  # [N, D] the current observation
         if self.critic_terms:
             self.privileged_dim = sum(part.shape[1] for part in self._run_checked("critic", signals))
-        for section in ("rewards", "terminations"):
+        self.success = torch.zeros(n, dtype=torch.bool, device=self.device)  # [N] this step's success
+        self.success_held = torch.zeros(n, dtype=torch.long, device=self.device)  # [N] steps it has held
+        for section in ("success", "rewards", "terminations"):
             for entry, fn in self._bound[section]:
                 value = _call(entry, fn, signals, section)
                 if tuple(value.shape) != (n,):
@@ -167,6 +203,11 @@ class TermTask:
         signals = self._signals(state)
         terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         log: dict[str, torch.Tensor] = {}
+        for entry, holds in self._values("success", signals):
+            self.success_held = torch.where(holds.bool(), self.success_held + 1, 0)
+            self.success = self.success_held >= max(1, math.ceil(entry.hold_s / self.dt - 1e-6))  # steps of hold_s
+            signals.success = self.success
+            log["success_now"] = self.success.to(self.dtype).mean()
         for entry, ended in self._values("terminations", signals):
             terminated = terminated | ended
             log[f"terminated/{entry.name}"] = ended.to(self.dtype).mean()
@@ -195,6 +236,13 @@ class TermTask:
             qpos[:, index] += uniform(low, high, num, index.numel())
             joint_range = robot.joint_range.cpu().to(torch.float64)
             qpos[:, index] = qpos[:, index].clamp(joint_range[:, 0], joint_range[:, 1])
+        if robot.objects is not None:
+            for index, obj in enumerate(robot.objects.objects):
+                pos = robot.objects.pos_index[index].cpu()
+                qpos[:, pos[0]] = uniform(*obj.x, num)
+                qpos[:, pos[1]] = uniform(*obj.y, num)
+                qpos[:, pos[2]] = float(robot.objects.rest_z[index])
+                qpos[:, robot.objects.quat_index[index].cpu()] = yaw_quat(uniform(*obj.yaw, num))
         if robot.floating:
             adr, dof = robot.free_qpos, robot.free_dof
             if spread.get("base_xy", 0) > 0:
@@ -241,6 +289,8 @@ class TermTask:
         context = self.context
         context.action[rows] = 0.0
         context.previous_action[rows] = 0.0
+        self.success_held[rows] = 0
+        self.success[rows] = False
         signals = Signals(state, self.robot, context)
         for stateful in self._stateful:
             stateful.reset(rows, signals)
@@ -276,6 +326,7 @@ class TermTask:
             "frame": self.frame.cpu().clone(),
             "command": self.command.state_dict() if self.command is not None else None,
             "terms": terms,
+            "success": {"held": self.success_held.cpu().clone(), "now": self.success.cpu().clone()},
             "step_generator": self.step_generator.get_state(),
         }
 
@@ -297,6 +348,9 @@ class TermTask:
                 if entry.info.stateful:
                     for name, value in state["terms"][f"{section}.{entry.name}"].items():
                         setattr(fn, name, value.to(self.device))
+        if "success" in state:
+            self.success_held.copy_(state["success"]["held"])
+            self.success.copy_(state["success"]["now"])
         self.step_generator.set_state(state["step_generator"])
 
 

@@ -3,8 +3,9 @@
 Shapes: N envs, M rows being reset.
 
 A term computes ``fn(signals, **params)`` (``robopt.envs.robot.signals.Signals``): ``[N, d]`` for an observation,
-``[N]`` for a reward (unweighted) or a termination (bool). Its declaration holds everything else robopt knows of it,
-and every part of robopt reads that declaration rather than a table of its own:
+``[N]`` for a reward (unweighted), a termination or a success (bool: the task's one ``task.success`` term says
+whether an episode has succeeded; rewards and terminations read it as ``signals.success``). Its declaration holds
+everything else robopt knows of it, and every part of robopt reads that declaration rather than a table of its own:
 
 - ``needs``: what of the robot and task it reads (``Need``: a floating base, feet, an end effector, a command of a
   kind, contact sensors on the bodies a parameter names). The task checks them when the env is built (one line
@@ -36,12 +37,13 @@ from typing import Any
 
 from robopt.options import FINITE, NON_NEGATIVE, POSITIVE, Check
 
-KINDS = ("observation", "reward", "termination")
+KINDS = ("observation", "reward", "termination", "success")
 # options of an entry that the task applies itself (never passed to the term function), and their allowed values
 ENTRY_OPTIONS: dict[str, dict[str, Check]] = {
     "observation": {"scale": FINITE, "noise": NON_NEGATIVE, "bias": NON_NEGATIVE, "clip": POSITIVE},
     "reward": {"weight": FINITE},
     "termination": {},
+    "success": {"hold_s": NON_NEGATIVE},
 }
 
 
@@ -60,6 +62,8 @@ class Need:
 FLOATING = Need("floating", "a base with a free joint", lambda task: task.robot.floating)
 FEET = Need("feet", "robot.feet", lambda task: task.robot.num_feet > 0)
 END_EFFECTOR = Need("end_effector", "robot.end_effector", lambda task: bool(task.robot.end_effector))
+GRIPPER = Need("gripper", "robot.gripper.joints", lambda task: task.robot.gripper is not None)
+OBJECTS = Need("objects", "task.scene.objects", lambda task: task.robot.objects is not None)
 
 
 def command(kind: str) -> Need:
@@ -196,6 +200,7 @@ class Term:
     noise: float = 0.0  # observations: U(-noise, noise) per element and step (after scaling)
     bias: float = 0.0  # observations: U(-bias, bias) per element and episode (after scaling)
     clip: float = math.inf  # observations: |value| <= clip after everything
+    hold_s: float = 0.0  # success: the task succeeds once the term held this long (s)
     source: str = ""  # "hook pkg.mod:fn" for messages
 
     @property
