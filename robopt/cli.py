@@ -264,7 +264,8 @@ def list_registered() -> None:
         "robots:     env.id robot with robot.mjcf: your MJCF, menagerie:<dir>/<file>, or shipped: "
         + ", ".join(f"robopt:{name}" for name in shipped_robots())
     )
-    for kind, heading in (("observation", "observations"), ("reward", "rewards"), ("termination", "terminations")):
+    kinds = (("observation", "observations"), ("reward", "rewards"), ("termination", "terminations"), ("success", "success"))
+    for kind, heading in kinds:
         typer.echo(f"task.{heading}: " + ", ".join(name for name, _ in describe(kind)))
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from robopt.config import ConfigError, build_dataclass
+from robopt.config import ConfigError, build_dataclass, config_to_dict
 from robopt.envs.chunking import ActionChunkEnv
 from robopt.envs.episode_stats import EnvLog
 from robopt.envs.robot import manipulation as terms
@@ -24,13 +24,15 @@ from robopt.envs.robot.env import make_robot_env
 from robopt.envs.robot.experts import task_expert
 from robopt.envs.robot.scene import TableConfig, parse_object
 from robopt.envs.robot.signals import Signals, yaw_quat
+from robopt.experiment import load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 F64 = torch.float64
 
 
 def sections(name: str = "ppo_lift_cube") -> tuple[dict, dict]:
-    data = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
+    """(robot, task) of a shipped config, resolved (its base file included), as plain mappings."""
+    data = config_to_dict(load_config(CONFIGS / f"{name}.yaml"))
     return copy.deepcopy(data["robot"]), copy.deepcopy(data["task"])
 
 
@@ -227,6 +229,7 @@ def test_delta_actions_hold_the_measured_pose() -> None:
 def test_success_holds_for_its_time_then_is_reported_and_logged() -> None:
     robot, task = sections()
     task["success"]["lifted"]["hold_s"] = 0.1  # 5 control steps of 0.02 s
+    del task["terminations"]["succeeded"]  # the episode goes on after its success
     env = make_robot_env(2, robot=robot, task=task, seed=0)
     env.reset(seed=0)
     assert env.task.reports_success

@@ -28,8 +28,6 @@ import torch
 from robopt.envs.robot.manipulation import yaw_of
 from robopt.envs.robot.signals import Signals, quat_multiply, yaw_quat
 
-APPROACH, DESCEND, CLOSE, LIFT, CARRY, LOWER, RELEASE, RETREAT, DONE = range(9)
-
 
 def _axis_angle(quat: np.ndarray) -> np.ndarray:
     """The rotation vector (rad) of a unit quaternion (w, x, y, z), the short way round."""
@@ -126,17 +124,29 @@ def _signals(env) -> Signals:
 
 class PickExpert:
     """Lift (and place): take the object from above, the fingers along one of its horizontal axes (drawn per
-    episode), lift it ``lift_height`` m; with ``place``, carry it over the target, lower it there and let go."""
+    episode), lift it ``lift_height`` m; with ``place``, carry it over the target, lower it there and let go.
 
-    def __init__(self, env, seed: int, place: bool = False, lift_height: float = 0.15, hover: float = 0.08) -> None:
+    Its choices are functions of what the policy observes (the tool, the object, the gripper's opening, the
+    target), not of a hidden phase: a clone sees why the expert acts as it does. Per row: while the object is not
+    held, go above it (``hover`` m) until within ``xy_tolerance`` of its axis, then down to the grasp height, and
+    close once there; the object counts as held while the gripper is closed on something (its opening between
+    ``held``) with the object between the fingers; held, go up (and, placing, over the target, then down onto it),
+    and open once the object is on its target."""
+
+    def __init__(
+        self,
+        env,
+        seed: int,
+        place: bool = False,
+        lift_height: float = 0.15,
+        hover: float = 0.06,
+        xy_tolerance: float = 0.01,
+        held: tuple[float, float] = (0.2, 0.8),
+    ) -> None:
         self.env, self.arm, self.place = env, CartesianArm(env), place
-        self.lift_height, self.hover = lift_height, hover
+        self.lift_height, self.hover, self.xy_tolerance, self.held = lift_height, hover, xy_tolerance, held
         self.generator = torch.Generator().manual_seed(seed)
-        n = env.num_envs
-        self.phase = np.full(n, APPROACH)
-        self.timer = np.zeros(n, dtype=np.int64)
-        self.yaw = torch.zeros(n, dtype=torch.float64)
-        self.grasp_xy = np.zeros((n, 2))
+        self.yaw = torch.zeros(env.num_envs, dtype=torch.float64)
         self.heading = self.arm.heading()
         self.object = env.task.robot.objects
         self.rest_z = float(self.object.rest_z[0])
@@ -147,8 +157,6 @@ class PickExpert:
         equivalent hand headings)."""
         if rows.size == 0:
             return
-        self.phase[rows] = APPROACH
-        self.timer[rows] = 0
         quarter = torch.randint(2, (rows.size,), generator=self.generator).to(torch.float64) * (math.pi / 2)
         yaw = object_yaw[rows] + quarter - self.heading
         self.yaw[rows] = torch.remainder(yaw + math.pi / 2, math.pi) - math.pi / 2  # a parallel gripper is symmetric
@@ -159,48 +167,31 @@ class PickExpert:
         qpos = s.state["qpos"].cpu().numpy()
         cube = s.objects_pos[:, 0].cpu().numpy()
         tool = s.ee_pos.cpu().numpy()
+        opening = s.gripper_opening.cpu().numpy()
         self._new_episodes(np.nonzero(env.episode_steps.cpu().numpy() == 0)[0], yaw_of(s.objects_quat[:, 0]).cpu())
-        base = s.base_frame_pos.cpu().numpy()
-        target = s.command[:, :3].cpu().numpy() + base if self.place else None
-        goal = np.zeros_like(cube)
-        gripper = np.ones(len(cube))
-        for row in range(len(cube)):
-            phase = self.phase[row]
-            if phase == APPROACH:
-                goal[row] = cube[row] + (0.0, 0.0, self.hover)
-                if np.linalg.norm(goal[row] - tool[row]) < 0.01:
-                    phase = DESCEND
-            if phase == DESCEND:
-                goal[row] = (*cube[row, :2], self.grip_z)
-                if np.linalg.norm(goal[row] - tool[row]) < 0.006:
-                    phase, self.timer[row], self.grasp_xy[row] = CLOSE, 0, cube[row, :2]
-            if phase == CLOSE:
-                goal[row], gripper[row] = (*self.grasp_xy[row], self.grip_z), -1.0
-                self.timer[row] += 1
-                if self.timer[row] >= 12:
-                    phase = LIFT
-            if phase == LIFT:
-                goal[row], gripper[row] = (*self.grasp_xy[row], self.rest_z + self.lift_height), -1.0
-                if self.place and abs(tool[row, 2] - goal[row, 2]) < 0.02:
-                    phase = CARRY
-            if phase == CARRY:
-                goal[row], gripper[row] = (*target[row, :2], self.rest_z + self.lift_height), -1.0
-                if np.linalg.norm(goal[row] - tool[row]) < 0.01:
-                    phase = LOWER
-            if phase == LOWER:
-                goal[row], gripper[row] = (*target[row, :2], target[row, 2] + 0.008), -1.0
-                resting = cube[row, 2] < target[row, 2] + 0.004  # on the table, however it sits in the fingers
-                if np.linalg.norm(goal[row] - tool[row]) < 0.006 or resting:
-                    phase, self.timer[row] = RELEASE, 0
-            if phase == RELEASE:
-                goal[row] = (*target[row, :2], target[row, 2] + 0.008)
-                self.timer[row] += 1
-                if self.timer[row] >= 8:
-                    phase = RETREAT
-            if phase == RETREAT:
-                goal[row] = (*target[row, :2], target[row, 2] + self.hover)
-            self.phase[row] = phase
-        actions = self.arm.actions(qpos, goal, self.yaw, gripper)
+        between = np.linalg.norm(cube - tool, axis=1) < 0.02  # the object's centre between the fingers
+        held = between & (opening > self.held[0]) & (opening < self.held[1])
+        off_axis = np.linalg.norm(cube[:, :2] - tool[:, :2], axis=1)
+        goal = np.where((off_axis > self.xy_tolerance)[:, None], cube + [0.0, 0.0, self.hover], cube)
+        goal[:, 2] = np.where(off_axis > self.xy_tolerance, goal[:, 2], self.grip_z)
+        at_grasp = (off_axis <= self.xy_tolerance) & (np.abs(tool[:, 2] - self.grip_z) < 0.006)
+        close = at_grasp | held
+        up = tool.copy()
+        up[:, 2] = self.rest_z + self.lift_height  # held: straight up from where it is
+        goal = np.where(held[:, None], up, goal)
+        if self.place:
+            target = s.command[:, :3].cpu().numpy() + s.base_frame_pos.cpu().numpy()
+            in_hand = tool - cube  # where the tool is from the held object: it is the object that goes on the target
+            over = np.linalg.norm(cube[:, :2] - target[:, :2], axis=1) <= self.xy_tolerance
+            high = target + in_hand
+            high[:, 2] = self.rest_z + self.lift_height
+            carry = np.where(over[:, None], target + in_hand, high)
+            up = held & (tool[:, 2] > self.rest_z + 0.5 * self.lift_height)
+            goal = np.where((held & (up | over))[:, None], carry, goal)
+            placed = np.linalg.norm(cube - target, axis=1) < 0.006
+            close = close & ~placed
+            goal = np.where(placed[:, None], target + [0.0, 0.0, 0.008 + self.hover], goal)
+        actions = self.arm.actions(qpos, goal, self.yaw, np.where(close, -1.0, 1.0))
         return torch.as_tensor(actions, dtype=torch.float32, device=env.device)
 
 
