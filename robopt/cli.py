@@ -264,7 +264,12 @@ def list_registered() -> None:
         "robots:     env.id robot with robot.mjcf: your MJCF, menagerie:<dir>/<file>, or shipped: "
         + ", ".join(f"robopt:{name}" for name in shipped_robots())
     )
-    kinds = (("observation", "observations"), ("reward", "rewards"), ("termination", "terminations"), ("success", "success"))
+    kinds = (
+        ("observation", "observations"),
+        ("reward", "rewards"),
+        ("termination", "terminations"),
+        ("success", "success"),
+    )
     for kind, heading in kinds:
         typer.echo(f"task.{heading}: " + ", ".join(name for name, _ in describe(kind)))
 

@@ -69,6 +69,14 @@ NAMES = Check(
 )
 
 
+def low_high(key: str, value: Any) -> tuple[float, float]:
+    """A range ``[low, high]`` of finite numbers with low <= high; a one-line ConfigError naming the key otherwise."""
+    ok = isinstance(value, (list, tuple)) and len(value) == 2 and all(is_number(v) and math.isfinite(v) for v in value)
+    if not ok or value[0] > value[1]:
+        raise ConfigError(f"{key}: expected [low, high] with finite low <= high, got {value!r}")
+    return float(value[0]), float(value[1])
+
+
 def option(default: Any, doc: str, choices: tuple[str, ...] | None = None, check: Check | None = None) -> Any:
     """A dataclass field with a default, a one-line doc, optional allowed values (``choices`` for a string, ``check``
     for a number: each element of a list of numbers), checked when a config is read (``coerce``)."""

@@ -39,6 +39,7 @@ def initialize_policy(policy: torch.nn.Module, config: Experiment) -> None:
     source_env, source_policy = source
     if not same_task(source_env, config.env.id):
         raise ConfigError(f"init_from={str(run_dir)!r} was trained on {source_env}, this config runs {config.env.id}")
+    _check_robot_task(run_dir, config)
     if source_policy != config.policy.name:
         raise ConfigError(
             f"init_from={str(run_dir)!r} holds a {source_policy} policy, this config a {config.policy.name} policy"
@@ -98,6 +99,25 @@ def _source_algorithm(run_dir: Path) -> str:
         return ""
     algo = data.get("algo") if isinstance(data, dict) else None
     return str(algo.get("name", "")) if isinstance(algo, dict) else ""
+
+
+def _check_robot_task(run_dir: Path, config: Experiment) -> None:
+    """A robot run (``env.id: robot``) starts only from a run of the same robot and task observations: every robot
+    task shares the env id, so its description and its observation terms tell tasks apart."""
+    if config.env.id != "robot":
+        return
+    try:
+        data = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return
+    robot, task = (data.get("robot") or {}), (data.get("task") or {})
+    theirs = (str(robot.get("mjcf", "")), list(task.get("observations") or {}))
+    ours = (config.robot.mjcf, list(config.task.observations))
+    if theirs != ours:
+        raise ConfigError(
+            f"init_from={str(run_dir)!r} is a run of another robot task ({theirs[0]}, observations "
+            f"{', '.join(theirs[1])}); this config's is {ours[0]} with {', '.join(ours[1])}"
+        )
 
 
 def _source_identity(run_dir: Path) -> tuple[str, str] | None:

@@ -332,3 +332,19 @@ def test_collect_records_the_experts_success_per_episode(tmp_path) -> None:
     demos = load_demonstrations("lift/expert-v0", root=tmp_path)
     assert demos.metadata["episode_success"] == [True] * 4
     assert demos.obs.shape[1] == 32 and demos.action.shape[1] == 7
+
+
+def test_fine_tuning_from_another_robot_task_is_one_line(tmp_path) -> None:
+    from robopt.checkpoint import LAST_CHECKPOINT
+    from robopt.warm_start import initialize_policy
+
+    lift = config_to_dict(load_config(CONFIGS / "bc_diffusion_lift_cube.yaml"))
+    run = tmp_path / "lift_run"
+    (run / LAST_CHECKPOINT).parent.mkdir(parents=True)
+    (run / LAST_CHECKPOINT).write_bytes(b"")
+    (run / "config.yaml").write_text(yaml.safe_dump(lift, sort_keys=False))
+    place = load_config(CONFIGS / "dppo_place_cube.yaml", [f"init_from={run}"])
+    with pytest.raises(
+        ConfigError, match=r"is a run of another robot task \(robopt:arm_gripper, observations joint_pos"
+    ):
+        initialize_policy(torch.nn.Linear(1, 1), place)

@@ -21,7 +21,6 @@ z-y-x), as (x, y, z, qw, qx, qy, qz). ``target``: where an object should go (x, 
 from __future__ import annotations
 
 import inspect
-import math
 from abc import ABC, abstractmethod
 from numbers import Real
 
@@ -29,6 +28,7 @@ import torch
 
 from robopt.envs.robot.signals import euler_quat
 from robopt.envs.robot.terms import command, import_hook
+from robopt.options import low_high
 
 COMMON_KEYS = ("type", "resample_s", "hook")
 COMMANDS: dict[str, type[Command]] = {}
@@ -43,14 +43,6 @@ def command_kind(name: str):
         return cls
 
     return register
-
-
-def _range(key: str, value) -> tuple[float, float]:
-    ok = isinstance(value, (list, tuple)) and len(value) == 2
-    ok = ok and all(isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) for v in value)
-    if not ok or value[0] > value[1]:
-        raise ValueError(f"{key}: expected [low, high] with finite low <= high, got {value!r}")
-    return float(value[0]), float(value[1])
 
 
 class Command(ABC):
@@ -73,8 +65,8 @@ class Command(ABC):
             raise ValueError(
                 f"{section}.{unknown[0]}: unknown key of a {self.kind} command; allowed: {', '.join(allowed)}"
             )
-        self.ranges = {key: _range(f"{section}.{key}", config.get(key, self.defaults[key])) for key in self.keys}
-        self.resample_s = _range(f"{section}.resample_s", config.get("resample_s", list(self.default_resample_s)))
+        self.ranges = {key: low_high(f"{section}.{key}", config.get(key, self.defaults[key])) for key in self.keys}
+        self.resample_s = low_high(f"{section}.resample_s", config.get("resample_s", list(self.default_resample_s)))
         if self.resample_s[0] <= 0:
             raise ValueError(f"{section}.resample_s: expected seconds > 0, got {list(self.resample_s)}")
         self.value: torch.Tensor | None = None  # [N, C], once bound

@@ -16,15 +16,13 @@ in the air: a one-line error names the key. Targets are commands (``task.command
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from numbers import Real
 from pathlib import Path
 
 import mujoco
 import torch
 
-from robopt.options import NON_NEGATIVE, POSITIVE, option
+from robopt.options import NON_NEGATIVE, POSITIVE, low_high, option
 
 SHAPES = {"box": 3, "cylinder": 2, "capsule": 2, "sphere": 1, "t_block": 4, "mjcf": 0}  # shape -> sizes it takes
 OBJECT_KEYS = ("shape", "size", "mass", "friction", "file", "pose", "rgba")
@@ -91,14 +89,6 @@ def _numbers(key: str, value, count: int, check=POSITIVE) -> tuple[float, ...]:
     return tuple(float(check.check(f"{key}[{i}]", v)) for i, v in enumerate(value))
 
 
-def _range(key: str, value) -> tuple[float, float]:
-    ok = isinstance(value, (list, tuple)) and len(value) == 2
-    ok = ok and all(isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) for v in value)
-    if not ok or value[0] > value[1]:
-        raise ValueError(f"{key}: expected [low, high] with finite low <= high, got {value!r}")
-    return float(value[0]), float(value[1])
-
-
 def parse_object(name: str, entry, table: TableConfig) -> SceneObject:
     """One entry of ``scene.objects``; ValueError naming the key (relative to the ``scene`` section)."""
     key = f"objects.{name}"
@@ -127,9 +117,9 @@ def parse_object(name: str, entry, table: TableConfig) -> SceneObject:
         bad = sorted(set(pose) - set(POSE_KEYS)) if isinstance(pose, dict) else [pose]
         raise ValueError(f"{key}.pose: unknown key {bad[0]!r}; allowed: {', '.join(POSE_KEYS)}")
     center, half = table.center, table.size
-    x = _range(f"{key}.pose.x", pose.get("x", [center[0], center[0]]))
-    y = _range(f"{key}.pose.y", pose.get("y", [center[1], center[1]]))
-    yaw = _range(f"{key}.pose.yaw", pose.get("yaw", [0.0, 0.0]))
+    x = low_high(f"{key}.pose.x", pose.get("x", [center[0], center[0]]))
+    y = low_high(f"{key}.pose.y", pose.get("y", [center[1], center[1]]))
+    yaw = low_high(f"{key}.pose.yaw", pose.get("yaw", [0.0, 0.0]))
     for axis, (low, high) in (("x", x), ("y", y)):
         index = 0 if axis == "x" else 1
         lo, hi = center[index] - half[index], center[index] + half[index]
