@@ -292,7 +292,8 @@ def test_the_scripted_expert_succeeds(name: str) -> None:
         success |= info["is_success"] & done
         ended |= done
     assert bool(ended.all())
-    assert int(success.sum()) == 8, f"{name}: the expert succeeded in {int(success.sum())} of 8 episodes"
+    # 500 of 500 on this machine (docs/manipulation.md); one episode of slack for another CPU's contact arithmetic
+    assert int(success.sum()) >= 7, f"{name}: the expert succeeded in {int(success.sum())} of 8 episodes"
 
 
 def test_the_pick_expert_grasps_along_either_axis() -> None:
