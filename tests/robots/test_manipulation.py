@@ -286,14 +286,18 @@ def test_the_scripted_expert_succeeds(name: str) -> None:
     expert = task_expert(env, task["expert"], seed=3)
     ended = torch.zeros(8, dtype=torch.bool)
     success = torch.zeros(8, dtype=torch.bool)
+    held = torch.zeros(8, dtype=torch.bool)  # both fingers on the cube at some step (the grasp sensors)
     for _ in range(env.max_episode_steps):
         obs, _, terminated, truncated, info = env.step(expert(obs))
+        signals = Signals(env.physics.state(), env.task.robot, env.task.context)
+        held |= signals.finger_contacts(0).all(dim=1) & ~ended
         done = (terminated | truncated) & ~ended
         success |= info["is_success"] & done
         ended |= done
     assert bool(ended.all())
     # 500 of 500 on this machine (docs/manipulation.md); one episode of slack for another CPU's contact arithmetic
     assert int(success.sum()) >= 7, f"{name}: the expert succeeded in {int(success.sum())} of 8 episodes"
+    assert bool(held[success].all())
 
 
 def test_the_pick_expert_grasps_along_either_axis() -> None:
@@ -349,3 +353,29 @@ def test_fine_tuning_from_another_robot_task_is_one_line(tmp_path) -> None:
         ConfigError, match=r"is a run of another robot task \(robopt:arm_gripper, observations joint_pos"
     ):
         initialize_policy(torch.nn.Linear(1, 1), place)
+
+
+MUG = """<mujoco model="mug">
+  <worldbody>
+    <body name="mug">
+      <geom name="cup" type="cylinder" size="0.03 0.04" pos="0 0 0.04" mass="0.2"/>
+      <geom name="handle" type="box" size="0.005 0.01 0.02" pos="0.035 0 0.04" mass="0.02"/>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_an_mjcf_object_rests_on_the_table_with_its_files_masses(tmp_path) -> None:
+    (tmp_path / "mug.xml").write_text(MUG)
+    robot, task = sections()
+    task["scene"]["objects"] = {"mug": {"shape": "mjcf", "file": str(tmp_path / "mug.xml"), "pose": {"x": [0.5, 0.5]}}}
+    env = make_robot_env(1, robot=robot, task=task, seed=0)
+    env.reset(seed=0)
+    for _ in range(20):
+        env.step(torch.zeros(1, 7))
+    s = Signals(env.physics.state(), env.task.robot, env.task.context)
+    torch.testing.assert_close(s.objects_pos[0, 0], t(0.5, 0.0, 0.0), atol=1e-3, rtol=0)  # its origin on the table top
+    model = env.physics.mj_model
+    mug = model.body("mug").id
+    assert model.body_subtreemass[mug] == pytest.approx(0.22)  # the file's cup and handle, welded to the free body

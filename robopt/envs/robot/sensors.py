@@ -161,8 +161,8 @@ def add_end_effector(spec, model, config: RobotConfig, sensors: Sensors) -> None
 
 
 def add_grasp(spec, model, fingers: list[int], objects: list[str], sensors: Sensors) -> None:
-    """Per object, a contact sensor (found, net force) between each finger body and the object's body: group
-    ``grasp:<object>``, [F * 4] in sensordata."""
+    """Per object, a contact sensor (found, net force) between each finger body and the object's subtree (an MJCF
+    object's geoms sit in a child body of its free body): group ``grasp:<object>``, [F * 4] in sensordata."""
     for obj in objects:
         for finger in fingers:
             name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, finger)
@@ -172,6 +172,6 @@ def add_grasp(spec, model, fingers: list[int], objects: list[str], sensors: Sens
                 mujoco.mjtObj.mjOBJ_BODY,
                 name,
                 (_CONTACT_FOUND | _CONTACT_FORCE, _REDUCE_NETFORCE, 1),
-                reftype=mujoco.mjtObj.mjOBJ_BODY,
+                reftype=mujoco.mjtObj.mjOBJ_XBODY,
                 refname=obj,
             )
