@@ -93,7 +93,7 @@ def run_cell(export_dir: Path, transport: str, rate: int, seconds: float, pin: d
         robot_section = {"ros2": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]}}
     else:
         endpoint = f"tcp/127.0.0.1:{free_port()}"
-        server_cmd += ["--zenoh", "--listen", endpoint]
+        server_cmd += ["--zenoh", "--listen", endpoint, "--no-multicast"]
         spec = f"zenoh://{endpoint}"
         robot_section = {"zenoh": {"multicast": False}}
     if transport != "udp":  # the joint states, as a robot publishes them (stamped at measurement)

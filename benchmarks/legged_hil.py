@@ -79,7 +79,9 @@ def in_process(config: Path, export_dir: Path, segment_s: float) -> dict:
     return score.tracking_summary()
 
 
-def publish_commands(domain: int, segment_s: float, stop: threading.Event) -> None:
+def publish_commands(domain: int, segment_s: float, stop: threading.Event, matched: threading.Event) -> None:
+    """Publish the commands in turn; their clock starts once the robot subscribes (``matched``): DDS discovery on a
+    loaded machine can take longer than a smoke run's whole deploy."""
     from robopt.sim2real import cdr
     from robopt.sim2real.ros2 import DdsLink
     from robopt.sim2real.transport import Qos
@@ -87,6 +89,9 @@ def publish_commands(domain: int, segment_s: float, stop: threading.Event) -> No
     twist = "geometry_msgs/msg/Twist"
     link = DdsLink({}, {"/cmd_vel": (twist, Qos("reliable", 10))}, domain, interface="lo", peers=["127.0.0.1"])
     try:
+        while not stop.is_set() and link.matched("/cmd_vel") == 0:
+            stop.wait(0.05)
+        matched.set()
         start = time.monotonic()
         while not stop.is_set():
             # the last command holds until the deploy ends: a late DDS discovery (a loaded machine) still meets one
@@ -117,8 +122,11 @@ def over_ros2(config: Path, export_dir: Path, segment_s: float, latency_ms: floa
         deploy_config["robot"]["ros2"] = {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]}
         path = config.parent / "deploy.yaml"
         path.write_text(yaml.safe_dump(deploy_config))
-        publisher = threading.Thread(target=publish_commands, args=(domain, segment_s, stop), daemon=True)
+        matched = threading.Event()
+        publisher = threading.Thread(target=publish_commands, args=(domain, segment_s, stop, matched), daemon=True)
         publisher.start()
+        if not matched.wait(timeout=60):
+            raise SystemExit("the simulated robot did not subscribe to /cmd_vel within 60 s (DDS discovery)")
         summary = deploy(export_dir, "ros2://", duration=seconds, config_path=path, echo=lambda _: None)
         stop.set()
         publisher.join(timeout=5)

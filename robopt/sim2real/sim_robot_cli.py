@@ -39,6 +39,12 @@ def register(app: typer.Typer, fail: Callable[..., None]) -> None:
         dds_peer: list[str] | None = typer.Option(None, "--dds-peer", help="--ros2: address to reach (unicast)"),
         connect: list[str] | None = typer.Option(None, "--connect", help="--zenoh: endpoint, e.g. tcp/127.0.0.1:7447"),
         listen: list[str] | None = typer.Option(None, "--listen", help="--zenoh: endpoint to listen on"),
+        multicast: bool = typer.Option(
+            True,
+            "--multicast/--no-multicast",
+            help="--zenoh: find and be found by other Zenoh peers through multicast scouting (off: only --connect and "
+            "--listen endpoints; two robots on one machine then never see each other's topics)",
+        ),
         command_topic: str = typer.Option("/robopt/command", "--command-topic", help="--ros2/--zenoh: command topic"),
         cmd_vel: str | None = typer.Option(
             None,
@@ -62,7 +68,7 @@ def register(app: typer.Typer, fail: Callable[..., None]) -> None:
                     domain_id=domain_id,
                     interface=interface,
                     peers=dds_peer or None,
-                    zenoh_options={"connect": connect or [], "listen": listen or []},
+                    zenoh_options={"connect": connect or [], "listen": listen or [], "multicast": multicast},
                     command_topic=command_topic,
                     period=period,
                     latency_ms=latency_ms,

@@ -179,7 +179,7 @@ def test_policy_over_topics_returns_what_it_returns_in_process(
         section = pendulum_section({"ros2": {"domain_id": domain, **UNICAST}})
     else:
         endpoint = f"tcp/127.0.0.1:{free_port()}"
-        server_args, spec = ["--listen", endpoint], f"zenoh://{endpoint}"
+        server_args, spec = ["--listen", endpoint, "--no-multicast"], f"zenoh://{endpoint}"
         section = pendulum_section({"zenoh": {"multicast": False}})
     server = start_sim_robot(kind, server_args, "--episodes", "2", *options)
     try:
