@@ -219,11 +219,16 @@ def test_delta_actions_hold_the_measured_pose() -> None:
     after = Signals(env.physics.state(), env.task.robot, env.task.context).joint_pos[:, :6]
     torch.testing.assert_close(after, before, atol=2e-3, rtol=0)  # zero action: targets at the measured pose
     nudge = torch.zeros(1, 7)
-    nudge[0, 0] = 1.0  # shoulder_pan: the target moves by scale = 0.25 rad from where it is
+    nudge[0, 0] = 1.0  # shoulder_pan: the target moves by one action scale from where the joint is
+    scale = float(env.task.robot.action_scale[0])
     env.step(nudge)
-    ctrl = env.physics.state()  # the servo's ctrl is not in the state; its effect is: the pan moved toward +0.25
-    moved = Signals(ctrl, env.task.robot, env.task.context).joint_pos[0, 0] - after[0, 0]
-    assert 0.02 < float(moved) < 0.25
+    state = env.physics.state()  # the servo's ctrl is not in the state; its effect is: the pan moved toward +scale
+    moved = Signals(state, env.task.robot, env.task.context).joint_pos[0, 0] - after[0, 0]
+    assert 0.0 < float(moved) <= scale
+    for _ in range(9):  # each step's target starts from where the joint is: the motion adds up past one scale
+        env.step(nudge)
+    moved = Signals(env.physics.state(), env.task.robot, env.task.context).joint_pos[0, 0] - after[0, 0]
+    assert float(moved) > 1.3 * scale  # 0.084 rad at scale 0.05 here; an absolute target would stop at one scale
 
 
 def test_success_holds_for_its_time_then_is_reported_and_logged() -> None:
