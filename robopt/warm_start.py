@@ -33,13 +33,14 @@ def same_task(first: str, second: str) -> bool:
 def initialize_policy(policy: torch.nn.Module, config: Experiment) -> None:
     """Load ``config.init_from``'s policy (weights and normalizer) into ``policy``; mismatches are one-line errors."""
     run_dir = Path(config.init_from)
-    source = _source_identity(run_dir)
+    saved = _saved_config(run_dir)
+    source = _source_identity(saved)
     if source is None or not (run_dir / LAST_CHECKPOINT).is_file():
         raise ConfigError(f"init_from={str(run_dir)!r} is not a run directory with a checkpoint ({LAST_CHECKPOINT})")
     source_env, source_policy = source
     if not same_task(source_env, config.env.id):
         raise ConfigError(f"init_from={str(run_dir)!r} was trained on {source_env}, this config runs {config.env.id}")
-    _check_robot_task(run_dir, config)
+    _check_robot_task(saved, run_dir, config)
     if source_policy != config.policy.name:
         raise ConfigError(
             f"init_from={str(run_dir)!r} holds a {source_policy} policy, this config a {config.policy.name} policy"
@@ -82,7 +83,7 @@ def initialize_critics(algorithm, config: Experiment) -> list[str]:
             ) from None
         loaded.append(name)
     if not loaded and config.init_critic_from:  # asked for explicitly: loading nothing is an error, not a no-op
-        source = _source_algorithm(run_dir)
+        source = _source_algorithm(_saved_config(run_dir))
         raise ConfigError(
             f"init_critic_from={config.init_critic_from!r} holds no Q critics ({', '.join(WARM_START_MODULES)}: "
             f"none found{f'; it is a {source} run' if source else ''}); give an off-policy run (IQL, FQL, QGF, "
@@ -91,24 +92,26 @@ def initialize_critics(algorithm, config: Experiment) -> list[str]:
     return loaded
 
 
-def _source_algorithm(run_dir: Path) -> str:
-    """``algo.name`` of a run directory's saved config, read as plain YAML; '' when there is none."""
+def _saved_config(run_dir: Path) -> dict:
+    """A run directory's saved config (``config.yaml``) as plain YAML; {} when there is none or it does not parse."""
+    path = run_dir / "config.yaml"
     try:
-        data = yaml.safe_load((run_dir / "config.yaml").read_text())
+        data = yaml.safe_load(path.read_text()) if path.is_file() else None
     except (OSError, yaml.YAMLError):
-        return ""
-    algo = data.get("algo") if isinstance(data, dict) else None
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _source_algorithm(data: dict) -> str:
+    """``algo.name`` of a saved config; '' when there is none."""
+    algo = data.get("algo")
     return str(algo.get("name", "")) if isinstance(algo, dict) else ""
 
 
-def _check_robot_task(run_dir: Path, config: Experiment) -> None:
+def _check_robot_task(data: dict, run_dir: Path, config: Experiment) -> None:
     """A robot run (``env.id: robot``) starts only from a run of the same robot and task observations: every robot
     task shares the env id, so its description and its observation terms tell tasks apart."""
     if config.env.id != "robot":
-        return
-    try:
-        data = yaml.safe_load((run_dir / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
         return
     robot, task = (data.get("robot") or {}), (data.get("task") or {})
     theirs = (str(robot.get("mjcf", "")), list(task.get("observations") or {}))
@@ -120,14 +123,9 @@ def _check_robot_task(run_dir: Path, config: Experiment) -> None:
         )
 
 
-def _source_identity(run_dir: Path) -> tuple[str, str] | None:
-    """(env id, policy name) of a run directory's saved config, read as plain YAML; None when there is none."""
-    path = run_dir / "config.yaml"
-    try:
-        data = yaml.safe_load(path.read_text()) if path.is_file() else None
-    except (OSError, yaml.YAMLError):
-        return None
-    if not isinstance(data, dict):
+def _source_identity(data: dict) -> tuple[str, str] | None:
+    """(env id, policy name) of a saved config; None when there is none."""
+    if not data:
         return None
     env, policy = data.get("env") or {}, data.get("policy") or {}
     if not isinstance(env, dict) or not isinstance(policy, dict):

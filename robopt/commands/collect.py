@@ -137,7 +137,6 @@ def _from_run(run_dir: Path, num_envs: int) -> tuple[object, Callable, dict, int
 
 def _from_task_expert(path: Path, num_envs: int, seed: int) -> tuple[object, Callable, dict]:
     """A robot task's env (the config file's, ``num_envs`` rows) and its scripted expert (``task.expert``)."""
-    from robopt.build import build_env
     from robopt.envs.robot.experts import task_expert
 
     config = load_config(path)
@@ -147,10 +146,7 @@ def _from_task_expert(path: Path, num_envs: int, seed: int) -> tuple[object, Cal
             "shipped tasks with one: configs/ppo_lift_cube.yaml, configs/ppo_place_cube.yaml"
         )
     env = build_env(config, num_envs=num_envs, policy_side=False)
-    native = env
-    while hasattr(native, "inner"):
-        native = native.inner
-    if native is not env:
+    if hasattr(env, "inner"):  # wrapped: the expert steps the native env and records its whole observation
         raise ConfigError(
             f"--expert {str(path)!r}: env.observe selects observations; record the task's whole observation"
         )

@@ -142,7 +142,7 @@ class NativeVecEnv:
         if self._context:  # actions, contacts, counters after the physics step; read by the reward
             task.update_context(state, commanded)
         reward, terminated = task.reward(state, action, self._position, self.dt)
-        success = task.success.to(self.device, copy=True) if self._reports_success else None  # before any reset
+        success = task.success.to(self.device) if self._reports_success else None  # before any reset zeroes it
         reward, terminated = reward.to(self.device, torch.float32), terminated.to(self.device)
         if self._context:  # commands whose time is up change, then the new observation frame
             task.advance(state)

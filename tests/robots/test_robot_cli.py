@@ -175,7 +175,11 @@ def test_the_quadruped_over_topics_from_its_sidecar(exported, tmp_path, request,
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             endpoint = f"tcp/127.0.0.1:{probe.getsockname()[1]}"
-        served, spec, transport = ["--zenoh", "--listen", endpoint, "--no-multicast"], f"zenoh://{endpoint}", {"multicast": False}
+        served, spec, transport = (
+            ["--zenoh", "--listen", endpoint, "--no-multicast"],
+            f"zenoh://{endpoint}",
+            {"multicast": False},
+        )
         open_link = lambda: ZenohLink({}, twist, {"connect": [endpoint], "multicast": False})  # noqa: E731
     server = subprocess.Popen(
         [sys.executable, "-m", "robopt.sim2real.sim_robot_cli", "sim-robot", str(run_dir), *served, "--cmd-vel",

@@ -339,10 +339,8 @@ def build_robot(
         for body in spec.bodies[1:]:
             body.gravcomp = 1.0
     objects = add_scene(spec, scene) if scene is not None and scene.objects else ()  # after: objects have weight
-    fingers = [
-        int(model.jnt_bodyid[names_of(model, mujoco.mjtObj.mjOBJ_JOINT, model.njnt).index(name)])
-        for name in config.gripper.joints
-    ]
+    joint_names = names_of(model, mujoco.mjtObj.mjOBJ_JOINT, model.njnt)
+    fingers = [int(model.jnt_bodyid[joint_names.index(name)]) for name in config.gripper.joints]
     if fingers and objects:
         add_grasp(spec, model, fingers, [obj.name for obj in objects], sensors)
     _camera(spec, model, base, free_joint >= 0)

@@ -172,8 +172,8 @@ class PickExpert:
         between = np.linalg.norm(cube - tool, axis=1) < 0.02  # the object's centre between the fingers
         held = between & (opening > self.held[0]) & (opening < self.held[1])
         off_axis = np.linalg.norm(cube[:, :2] - tool[:, :2], axis=1)
-        goal = np.where((off_axis > self.xy_tolerance)[:, None], cube + [0.0, 0.0, self.hover], cube)
-        goal[:, 2] = np.where(off_axis > self.xy_tolerance, goal[:, 2], self.grip_z)
+        goal = cube.copy()  # above the object until over its axis, then down to the grasp height
+        goal[:, 2] = np.where(off_axis > self.xy_tolerance, cube[:, 2] + self.hover, self.grip_z)
         at_grasp = (off_axis <= self.xy_tolerance) & (np.abs(tool[:, 2] - self.grip_z) < 0.006)
         close = at_grasp | held
         up = tool.copy()
@@ -186,8 +186,8 @@ class PickExpert:
             high = target + in_hand
             high[:, 2] = self.rest_z + self.lift_height
             carry = np.where(over[:, None], target + in_hand, high)
-            up = held & (tool[:, 2] > self.rest_z + 0.5 * self.lift_height)
-            goal = np.where((held & (up | over))[:, None], carry, goal)
+            raised = held & (tool[:, 2] > self.rest_z + 0.5 * self.lift_height)
+            goal = np.where((held & (raised | over))[:, None], carry, goal)
             placed = np.linalg.norm(cube - target, axis=1) < 0.006
             close = close & ~placed
             goal = np.where(placed[:, None], target + [0.0, 0.0, 0.008 + self.hover], goal)

@@ -51,6 +51,8 @@ class TermTask:
         self.reward_terms, self.termination_terms = self.sections["rewards"], self.sections["terminations"]
         self.success_terms = self.sections["success"]
         self.reports_success = bool(self.success_terms)  # the env reports info["is_success"]
+        hold_s = self.success_terms[0].hold_s if self.success_terms else 0.0
+        self._hold_steps = max(1, math.ceil(hold_s / self.dt - 1e-6))  # steps the success term must hold
         self.command: Command | None = parse_command(config.commands)
         self._check_needs()
         self._check_target_on_table()
@@ -78,6 +80,11 @@ class TermTask:
             raise ValueError("task.observations is empty: list the policy's observation terms")
         if not self.reward_terms:
             raise ValueError("task.rewards is empty: list the reward terms with their weights")
+
+    @property
+    def success(self) -> torch.Tensor:
+        """Whether the success term has held for ``hold_s`` [N] bool, as of the last ``reward``."""
+        return self.success_held >= self._hold_steps
 
     def _delta_ctrl(self, action: torch.Tensor, state: dict[str, torch.Tensor]) -> torch.Tensor:
         """``joint_position_delta``: the actuators' ctrl [N, A] whose PD targets are the measured joint positions
@@ -156,7 +163,6 @@ class TermTask:
         self.frame = zeros(n, self.obs_width)  # [N, D] the current observation
         if self.critic_terms:
             self.privileged_dim = sum(part.shape[1] for part in self._run_checked("critic", signals))
-        self.success = torch.zeros(n, dtype=torch.bool, device=self.device)  # [N] this step's success
         self.success_held = torch.zeros(n, dtype=torch.long, device=self.device)  # [N] steps it has held
         for section in ("success", "rewards", "terminations"):
             for entry, fn in self._bound[section]:
@@ -203,11 +209,10 @@ class TermTask:
         signals = self._signals(state)
         terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         log: dict[str, torch.Tensor] = {}
-        for entry, holds in self._values("success", signals):
+        for _, holds in self._values("success", signals):
             self.success_held = torch.where(holds.bool(), self.success_held + 1, 0)
-            self.success = self.success_held >= max(1, math.ceil(entry.hold_s / self.dt - 1e-6))  # steps of hold_s
             signals.success = self.success
-            log["success_now"] = self.success.to(self.dtype).mean()
+            log["success_now"] = signals.success.to(self.dtype).mean()
         for entry, ended in self._values("terminations", signals):
             terminated = terminated | ended
             log[f"terminated/{entry.name}"] = ended.to(self.dtype).mean()
@@ -290,7 +295,6 @@ class TermTask:
         context.action[rows] = 0.0
         context.previous_action[rows] = 0.0
         self.success_held[rows] = 0
-        self.success[rows] = False
         signals = Signals(state, self.robot, context)
         for stateful in self._stateful:
             stateful.reset(rows, signals)
@@ -326,7 +330,7 @@ class TermTask:
             "frame": self.frame.cpu().clone(),
             "command": self.command.state_dict() if self.command is not None else None,
             "terms": terms,
-            "success": {"held": self.success_held.cpu().clone(), "now": self.success.cpu().clone()},
+            "success": {"held": self.success_held.cpu().clone()},
             "step_generator": self.step_generator.get_state(),
         }
 
@@ -350,7 +354,6 @@ class TermTask:
                         setattr(fn, name, value.to(self.device))
         if "success" in state:
             self.success_held.copy_(state["success"]["held"])
-            self.success.copy_(state["success"]["now"])
         self.step_generator.set_state(state["step_generator"])
 
 
