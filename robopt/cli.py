@@ -142,17 +142,22 @@ def _report(result) -> None:
 
 @app.command("eval")
 def evaluate(
-    run_dir: Path = typer.Argument(..., help="run directory (runs/<experiment>/<timestamp>)"),
+    run_dir: Path | None = typer.Argument(None, help="run directory (runs/<experiment>/<timestamp>), or --expert"),
     episodes: int = typer.Option(10, "--episodes", help="episodes with the deterministic policy"),
+    expert: Path | None = typer.Option(None, "--expert", help="a robot task's config: its scripted expert acts"),
     video: Path | None = typer.Option(None, "--video", help="also record one episode to this MP4 file"),
     seed: int = typer.Option(10_000, "--seed", help="evaluation seed"),
     video_steps: int = typer.Option(1000, "--video-steps", help="at most this many env steps in the video"),
     pass_k: int = typer.Option(0, "--pass-k", help="language runs: also pass@K over the held-out prompts (1..64)"),
 ) -> None:
     """Mean and std of the deterministic policy's return over N episodes (language runs: held-out accuracy)."""
+    if (run_dir is None) == (expert is None):
+        _fail("give either RUN_DIR (a trained run) or --expert CONFIG (a robot task with task.expert), not both")
+    if expert is not None and pass_k:
+        _fail("--pass-k scores a language run; a scripted expert has none")
     if video is not None and sys.platform.startswith("linux"):  # headless OpenGL; read when mujoco is first imported
         os.environ.setdefault("MUJOCO_GL", "egl")
-    from robopt.evaluation import evaluate_run, record_video
+    from robopt.evaluation import evaluate_expert, evaluate_run, record_expert_video, record_video
 
     try:
         if pass_k:  # checked before the greedy pass: a bad --pass-k costs nothing
@@ -160,7 +165,7 @@ def evaluate(
             from robopt.experiment import load_run_config
 
             check_pass_k(load_run_config(run_dir).env.id, pass_k)
-        result = evaluate_run(run_dir, episodes, seed)
+        result = evaluate_run(run_dir, episodes, seed) if expert is None else evaluate_expert(expert, episodes, seed)
     except ConfigError as error:
         _fail(str(error))
     typer.echo(
@@ -178,7 +183,10 @@ def evaluate(
         typer.echo(f"pass@{pass_k} {value:.3f} over {episodes} held-out prompts ({pass_k} samples each)")
     if video is not None:
         try:
-            frames = record_video(run_dir, video, seed=seed, max_steps=video_steps)
+            if expert is None:
+                frames = record_video(run_dir, video, seed=seed, max_steps=video_steps)
+            else:
+                frames = record_expert_video(expert, video, seed=seed, max_steps=video_steps)
         except ConfigError as error:
             _fail(str(error))
         except Exception as error:  # rendering needs an OpenGL backend (MUJOCO_GL=egl or osmesa) and the env's renderer

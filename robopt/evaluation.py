@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -142,6 +142,48 @@ def evaluate_run(run_dir: Path, episodes: int = 10, seed: int = 10_000) -> EvalR
     env = build_env(config, num_envs=episodes, **evaluation_env_options(config))
     try:
         return evaluate_policy(policy, env, episodes, seed)
+    finally:
+        env.close()
+
+
+class ScriptedPolicy:
+    """A scripted expert (``act(obs) -> action``, reading its env's state) where a policy is expected: its action is
+    deterministic and bounded by the env's; no parameters, no memory."""
+
+    def __init__(self, act: Callable[[torch.Tensor], torch.Tensor], env) -> None:
+        self._act, self.action_low, self.action_high = act, env.action_low, env.action_high
+
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return self._act(obs), {}
+
+
+def evaluate_expert(config_path: Path, episodes: int = 10, seed: int = 10_000) -> EvalResult:
+    """The scripted expert of a robot task's config (``task.expert``) over ``episodes`` episodes, as
+    ``evaluate_run`` scores a policy (its success rate from ``info["is_success"]``)."""
+    from robopt.commands.collect import task_expert_env
+
+    if episodes < 1:
+        raise ConfigError(f"--episodes must be at least 1, got {episodes}")
+    env, act, _ = task_expert_env(Path(config_path), episodes, seed)
+    try:
+        return evaluate_policy(ScriptedPolicy(act, env), env, episodes, seed)
+    finally:
+        env.close()
+
+
+@torch.no_grad()
+def record_expert_video(
+    config_path: Path, path: Path, seed: int = 10_000, max_steps: int = 1000, progress: bool = True
+) -> int:
+    """Film one episode of the scripted expert of a robot task's config, as ``record_video`` films a run."""
+    from robopt.commands.collect import task_expert_env
+
+    if max_steps < 0:
+        raise ConfigError(f"video max_steps must be at least 0, got {max_steps}")
+    env, act, _ = task_expert_env(Path(config_path), 1, seed)
+    try:
+        frames = _native_frames(env, ScriptedPolicy(act, env), seed, max_steps, DEFAULT_WIDTH, DEFAULT_HEIGHT)
+        return _write_video(Path(path), frames, round(1.0 / env.dt), max_steps + 1, progress)
     finally:
         env.close()
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 
-import pytest
-import torch
-
-import robopt.experiment  # noqa: F401  (registers every feature's config section and loop kind)
-
+# before anything imports mujoco (robopt.experiment does): MuJoCo picks its OpenGL backend on its first import
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("WARP_CACHE_PATH", os.path.join(os.path.dirname(os.path.dirname(__file__)), ".cache", "warp"))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import robopt.experiment  # noqa: E402, F401  (registers every feature's config section and loop kind)
 
 
 def pytest_collection_modifyitems(config, items):

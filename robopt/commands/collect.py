@@ -135,7 +135,7 @@ def _from_run(run_dir: Path, num_envs: int) -> tuple[object, Callable, dict, int
     return env, act, metadata, horizon
 
 
-def _from_task_expert(path: Path, num_envs: int, seed: int) -> tuple[object, Callable, dict]:
+def task_expert_env(path: Path, num_envs: int, seed: int) -> tuple[object, Callable, dict]:
     """A robot task's env (the config file's, ``num_envs`` rows) and its scripted expert (``task.expert``)."""
     from robopt.envs.robot.experts import task_expert
 
@@ -164,7 +164,7 @@ def _from_expert(env_id: str, num_envs: int, seed: int) -> tuple[object, Callabl
     if env_id.endswith((".yaml", ".yml")):
         if not Path(env_id).is_file():
             raise ConfigError(f"--expert {env_id!r}: no such config file")
-        return _from_task_expert(Path(env_id), num_envs, seed)
+        return task_expert_env(Path(env_id), num_envs, seed)
     try:
         from robopt.envs.experts import EXPERTS
     except ImportError:

@@ -69,6 +69,20 @@ TASK_CAMERAS: dict[str, CameraView] = {
 }
 
 
+@dataclass(frozen=True)
+class Marker:
+    """A shape drawn into a frame but absent from the physics (a target's outline): MuJoCo's ``mjv_initGeom``."""
+
+    type: int
+    """``mujoco.mjtGeom`` value (box, sphere...)."""
+    size: tuple[float, float, float]
+    pos: tuple[float, float, float]
+    """World position (m)."""
+    mat: tuple[float, ...]
+    """World orientation, a row-major 3x3 rotation matrix (9 numbers)."""
+    rgba: tuple[float, float, float, float]
+
+
 def task_camera(task_name: str, model: mujoco.MjModel) -> CameraView:
     """The view for a task (``HalfCheetah``); unknown tasks get the model's ``track`` camera or a whole-scene view."""
     if task_name in TASK_CAMERAS:
@@ -134,6 +148,45 @@ def endless_ground(model: mujoco.MjModel) -> None:
         model.geom_size[geom, :2] = 0.0
 
 
+TARGET_RGBA = (0.2, 0.8, 0.3, 0.35)  # a target's outline: translucent green
+
+
+def ghost_markers(model: mujoco.MjModel, data: mujoco.MjData, body: str, pos, mat, rgba=TARGET_RGBA) -> list[Marker]:
+    """The geoms of ``body`` (and of the bodies below it) as markers, moved so that the body sits at world ``pos``
+    [3] with orientation ``mat`` [9] (row-major): an object's outline at its target. ``data`` holds the current
+    state (``mj_forward`` run), from which each geom's place in its body's frame is read."""
+    index = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, body)
+    if index < 0:
+        return []
+    body_pos, body_mat = data.xpos[index], data.xmat[index].reshape(3, 3)
+    to, turn = np.asarray(pos, dtype=np.float64), np.asarray(mat, dtype=np.float64).reshape(3, 3)
+    markers = []
+    for geom in range(model.ngeom):
+        if not _below(model, int(model.geom_bodyid[geom]), index):
+            continue
+        local_pos = body_mat.T @ (data.geom_xpos[geom] - body_pos)  # the geom in the body's frame
+        local_mat = body_mat.T @ data.geom_xmat[geom].reshape(3, 3)
+        markers.append(
+            Marker(
+                int(model.geom_type[geom]),
+                tuple(float(x) for x in model.geom_size[geom]),
+                tuple(float(x) for x in to + turn @ local_pos),
+                tuple(float(x) for x in (turn @ local_mat).reshape(-1)),
+                tuple(float(x) for x in rgba),
+            )
+        )
+    return markers
+
+
+def _below(model: mujoco.MjModel, body: int, ancestor: int) -> bool:
+    """Whether ``body`` lies in the subtree of ``ancestor``."""
+    while body > 0:
+        if body == ancestor:
+            return True
+        body = int(model.body_parentid[body])
+    return False
+
+
 class NativeRowRenderer:
     """Renders one row of a ``NativeVecEnv`` through a host ``MjData`` and ``mujoco.Renderer``.
 
@@ -159,8 +212,12 @@ class NativeRowRenderer:
         model.vis.global_.offwidth = max(model.vis.global_.offwidth, width)
         model.vis.global_.offheight = max(model.vis.global_.offheight, height)
         endless_ground(model)
+        if model.nlight == 0:  # lit by the headlight alone (a robot on a table without a floor): brighter than default
+            model.vis.headlight.ambient[:] = np.maximum(model.vis.headlight.ambient, 0.35)
+            model.vis.headlight.diffuse[:] = np.maximum(model.vis.headlight.diffuse, 0.6)
         self.render_model = model  # what is drawn: the backend's model with an endless ground and a larger buffer
-        self.view = view or task_camera(env.task.name, model)
+        task_view = getattr(env.task, "camera_view", None)  # a task may frame itself (a robot's table and objects)
+        self.view = view or (task_view() if callable(task_view) else None) or task_camera(env.task.name, model)
         self.camera = _mjv_camera(self.view, model)  # what update_scene films from
         self._renderer = mujoco.Renderer(model, height=height, width=width)
         self._model, self._data = None, None
@@ -184,7 +241,26 @@ class NativeRowRenderer:
     def render(self) -> np.ndarray:
         """The row's current frame, ``uint8 [H, W, 3]``."""
         self._renderer.update_scene(self.host_data(), camera=self.camera)
+        targets = getattr(self.env.task, "render_targets", None)  # where the task wants bodies to go
+        for body, pos, mat in targets(self.row) if callable(targets) else ():
+            for marker in ghost_markers(self.render_model, self._data, body, pos, mat):
+                self._draw(marker)
         return self._renderer.render()
+
+    def _draw(self, marker: Marker) -> None:
+        """Add one marker to the scene just filled (dropped when the scene's geom buffer is full)."""
+        scene = self._renderer.scene
+        if scene.ngeom >= scene.maxgeom:
+            return
+        mujoco.mjv_initGeom(
+            scene.geoms[scene.ngeom],
+            int(marker.type),
+            np.asarray(marker.size, dtype=np.float64),
+            np.asarray(marker.pos, dtype=np.float64),
+            np.asarray(marker.mat, dtype=np.float64),
+            np.asarray(marker.rgba, dtype=np.float32),
+        )
+        scene.ngeom += 1
 
     @property
     def scene_camera(self) -> mujoco.MjvGLCamera:

@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 from types import SimpleNamespace
 
+import mujoco
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -384,3 +386,64 @@ def test_an_mjcf_object_rests_on_the_table_with_its_files_masses(tmp_path) -> No
     model = env.physics.mj_model
     mug = model.body("mug").id
     assert model.body_subtreemass[mug] == pytest.approx(0.22)  # the file's cup and handle, welded to the free body
+
+
+# -- videos: the table in view, the target's outline, the expert filmed ---------------------------------------------
+def test_an_outline_is_the_bodys_geoms_moved_to_the_target_by_hand() -> None:
+    from robopt.envs.render import ghost_markers
+
+    spec = mujoco.MjSpec()
+    body = spec.worldbody.add_body(name="block", pos=[0.1, 0.2, 0.3])
+    body.add_freejoint()
+    body.add_geom(type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.02, 0.01, 0.03], pos=[0.05, 0.0, 0.0])
+    model = spec.compile()
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    quarter = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # 90 degrees about z
+    (marker,) = ghost_markers(model, data, "block", [1.0, 0.0, 0.0], quarter.reshape(-1))
+    # the geom sits 5 cm along the body's x; turned a quarter, 5 cm along the world's y from the target
+    assert np.allclose(marker.pos, [1.0, 0.05, 0.0]) and np.allclose(marker.size, [0.02, 0.01, 0.03])
+    assert np.allclose(np.reshape(marker.mat, (3, 3)), quarter) and marker.type == mujoco.mjtGeom.mjGEOM_BOX
+    assert ghost_markers(model, data, "no_such_body", [0, 0, 0], np.eye(3).reshape(-1)) == []
+
+
+def test_a_video_frame_shows_the_target_outline_on_the_table() -> None:
+    from robopt.envs.render import NativeRowRenderer
+
+    robot, task = sections("ppo_place_cube")
+    env = make_robot_env(2, robot=robot, task=task, seed=0)
+    env.reset(seed=0)
+    ((body, pos, mat),) = env.task.render_targets(1)
+    command = env.task.context.command[1].double()
+    assert body == "cube" and np.allclose(pos, command[:3].numpy() + env.task.robot.base_world_pos.double().numpy())
+    assert np.allclose(np.reshape(mat, (3, 3))[:2, 0], command[3:5].numpy())  # the target's yaw as (cos, sin)
+    view = env.task.camera_view()
+    assert view.lookat[:2] == pytest.approx((0.5, 0.0)) and view.elevation < 0
+    renderer = NativeRowRenderer(env, row=1, width=160, height=120)
+    try:
+        frame = renderer.render().astype(int)
+        env.task.render_targets = lambda row: []  # the same frame without the outline
+        plain = renderer.render().astype(int)
+    finally:
+        renderer.close()
+    green = (frame[..., 1] > frame[..., 0] + 40) & (frame[..., 1] > frame[..., 2] + 40)
+    assert green.sum() > 4 and not ((plain[..., 1] > plain[..., 0] + 40) & (plain[..., 1] > plain[..., 2] + 40)).any()
+
+
+def test_eval_scores_and_films_a_scripted_expert(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from robopt.cli import app
+    from robopt.evaluation import evaluate_expert, record_expert_video
+
+    result = evaluate_expert(CONFIGS / "ppo_lift_cube.yaml", episodes=4, seed=0)
+    assert result.success_rate == 1.0 and result.mean_length < 250
+    frames = record_expert_video(CONFIGS / "ppo_lift_cube.yaml", tmp_path / "lift.mp4", seed=0, max_steps=12)
+    assert frames == 13 and (tmp_path / "lift.mp4").stat().st_size > 0
+    runner = CliRunner()
+    both = runner.invoke(app, ["eval", str(tmp_path), "--expert", str(CONFIGS / "ppo_lift_cube.yaml")])
+    neither = runner.invoke(app, ["eval"])
+    for outcome in (both, neither):
+        assert outcome.exit_code == 2 and "give either RUN_DIR" in outcome.output
+    no_expert = runner.invoke(app, ["eval", "--expert", str(CONFIGS / "ppo_arm_reach.yaml")])
+    assert no_expert.exit_code == 2 and "its task has no scripted expert" in no_expert.output

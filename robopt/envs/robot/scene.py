@@ -11,17 +11,20 @@ object, with the file's own masses), each with ``mass`` (kg, a primitive's), ``f
 without objects has no scene (no table either). At every reset its pose is drawn from ``pose``: x, y
 [low, high] (m, in the world; the robot's base is the world's origin for a fixed arm), yaw [low, high] (rad); it
 rests on the table (its lowest point at the table top). Each range must lie on the table, or the object would start
-in the air: a one-line error names the key. Targets are commands (``task.commands.type: target``), not bodies.
+in the air: a one-line error names the key. Targets are commands (``task.commands.type: target``), not bodies: a video
+draws the object's outline there (``TermTask.render_targets``), seen from ``table_view``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import mujoco
 import torch
 
+from robopt.envs.render import CameraView
 from robopt.options import NON_NEGATIVE, POSITIVE, low_high, option
 
 SHAPES = {"box": 3, "cylinder": 2, "capsule": 2, "sphere": 1, "t_block": 4, "mjcf": 0}  # shape -> sizes it takes
@@ -242,3 +245,13 @@ def object_tables(model: mujoco.MjModel, objects: tuple[SceneObject, ...], table
         table_low=center - half,
         table_high=center + half,
     )
+
+
+def table_view(objects: ObjectTables, base_pos: torch.Tensor) -> CameraView:
+    """A video's view of the table: from across the table, 30 degrees to the side of the line to the robot's base
+    and 30 degrees above the top, far enough for the whole top (and a gripper above it) to stay in the frame."""
+    center = (objects.table_low + objects.table_high) / 2
+    half = float((objects.table_high - objects.table_low).max()) / 2
+    toward_base = math.degrees(math.atan2(float(base_pos[1] - center[1]), float(base_pos[0] - center[0])))
+    lookat = (float(center[0]), float(center[1]), objects.table_height + 0.08)
+    return CameraView(lookat=lookat, distance=1.3 * half + 0.65, elevation=-30.0, azimuth=toward_base + 30.0)

@@ -19,11 +19,15 @@ import math
 from collections.abc import Callable
 from functools import partial
 
+import mujoco
+import numpy as np
 import torch
 
+from robopt.envs.render import CameraView
 from robopt.envs.robot.commands import Command, parse_command
 from robopt.envs.robot.config import TaskConfig, parse_task_terms
 from robopt.envs.robot.model import RobotModel
+from robopt.envs.robot.scene import table_view
 from robopt.envs.robot.signals import Context, Signals, quat_multiply, yaw_quat
 from robopt.envs.robot.terms import Term
 from robopt.envs.tasks.base import uniform as draw_uniform
@@ -95,6 +99,28 @@ class TermTask:
         if robot.gripper is not None:
             ctrl[:, robot.gripper.action_index] = action[:, robot.gripper.action_index]
         return ctrl
+
+    # -- rendering (robopt.envs.render.NativeRowRenderer reads these) ------------------------------------------------
+    def camera_view(self) -> CameraView | None:
+        """A video's view: the table from across it when the task has a scene; None leaves the renderer's default."""
+        objects = self.robot.objects
+        return None if objects is None else table_view(objects, self.robot.base_world_pos.cpu())
+
+    def render_targets(self, row: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """Where an object should go in ``row``: (its body, world position [3], world orientation [9] row-major) for
+        the first object when the command is a target (drawn as its translucent outline); else none."""
+        if self.command is None or "target" not in self.command.provides or self.context is None:
+            return []
+        if self.robot.objects is None:
+            return []
+        x, y, z, cos, sin = self.context.command[row, :5].double().cpu().numpy()
+        base = self.robot.base_world_quat.double().cpu().numpy()
+        turn = np.zeros(9)
+        mujoco.mju_quat2Mat(turn, base)
+        turn = turn.reshape(3, 3)
+        pos = self.robot.base_world_pos.double().cpu().numpy() + turn @ np.array([x, y, z])
+        yaw = np.array([[cos, -sin, 0.0], [sin, cos, 0.0], [0.0, 0.0, 1.0]])
+        return [(self.robot.objects.names[0], pos, (turn @ yaw).reshape(-1))]
 
     def _check_target_on_table(self) -> None:
         """A target command's x and y ranges lie on the scene's table (one line naming the key)."""
