@@ -142,8 +142,8 @@ def task_expert_env(path: Path, num_envs: int, seed: int) -> tuple[object, Calla
     config = load_config(path)
     if config.env.id != "robot" or not config.task.expert:
         raise ConfigError(
-            f"--expert {str(path)!r}: its task has no scripted expert (task.expert: lift or place); the "
-            "shipped tasks with one: configs/ppo_lift_cube.yaml, configs/ppo_place_cube.yaml"
+            f"--expert {str(path)!r}: its task has no scripted expert (task.expert: lift, place or push_t); the "
+            "shipped tasks with one: configs/ppo_lift_cube.yaml, configs/ppo_place_cube.yaml, configs/ppo_push_t.yaml"
         )
     env = build_env(config, num_envs=num_envs, policy_side=False)
     if hasattr(env, "inner"):  # wrapped: the expert steps the native env and records its whole observation
@@ -173,7 +173,7 @@ def _from_expert(env_id: str, num_envs: int, seed: int) -> tuple[object, Callabl
         available = ", ".join(sorted(EXPERTS)) or "(none)"
         raise ConfigError(
             f"no scripted expert for env {env_id!r}; available: {available}, or a robot task's config file with "
-            "task.expert (configs/ppo_lift_cube.yaml, configs/ppo_place_cube.yaml)"
+            "task.expert (configs/ppo_lift_cube.yaml, configs/ppo_place_cube.yaml, configs/ppo_push_t.yaml)"
         )
     from robopt.envs import make_env
 

@@ -285,7 +285,7 @@ def test_chunks_sum_the_episode_counts_of_their_steps() -> None:
 
 
 # -- the scripted experts -------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["ppo_lift_cube", "ppo_place_cube"])
+@pytest.mark.parametrize("name", ["ppo_lift_cube", "ppo_place_cube", "ppo_push_t"])
 def test_the_scripted_expert_succeeds(name: str) -> None:
     robot, task = sections(name)
     env = make_robot_env(8, robot=robot, task=task, seed=3)
@@ -302,6 +302,9 @@ def test_the_scripted_expert_succeeds(name: str) -> None:
         success |= info["is_success"] & done
         ended |= done
     assert bool(ended.all())
+    if name == "ppo_push_t":  # pushed, not held: 0.91 of 500 here (docs/manipulation.md); P(< 5 of 8) is 0.2 %
+        assert int(success.sum()) >= 5, f"{name}: the expert succeeded in {int(success.sum())} of 8 episodes"
+        return
     # 500 of 500 on this machine (docs/manipulation.md); one episode of slack for another CPU's contact arithmetic
     assert int(success.sum()) >= 7, f"{name}: the expert succeeded in {int(success.sum())} of 8 episodes"
     assert bool(held[success].all())
@@ -326,7 +329,7 @@ def test_an_expert_for_a_task_without_one_is_one_line(tmp_path) -> None:
     data = yaml.safe_load((CONFIGS / "ppo_arm_reach.yaml").read_text())
     path = tmp_path / "reach.yaml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(ConfigError, match=r"its task has no scripted expert \(task.expert: lift or place\)"):
+    with pytest.raises(ConfigError, match=r"its task has no scripted expert \(task.expert: lift, place or push_t\)"):
         collect("reach/expert", 1, expert=str(path), root=tmp_path / "data", progress=False)
     with pytest.raises(ConfigError, match=r"no such config file"):
         collect("reach/expert", 1, expert=str(tmp_path / "none.yaml"), root=tmp_path / "data", progress=False)

@@ -166,8 +166,8 @@ class TaskConfig:
     scene: SceneConfig = option(SceneConfig(), "a table and the objects on it (manipulation tasks)")
     expert: str = option(
         "",
-        "the task's scripted expert (robopt collect --expert CONFIG): lift or place ('' = none)",
-        ("", "lift", "place"),
+        "the task's scripted expert (robopt collect --expert CONFIG): lift, place or push_t ('' = none)",
+        ("", "lift", "place", "push_t"),
     )
     reset: dict = option(
         {},

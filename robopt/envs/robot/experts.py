@@ -8,12 +8,14 @@ compared with the current one; the pose error, limited to ``max_step`` m and ``m
 joint displacements by damped least squares (dq = J^T (J J^T + damping^2 I)^-1 e, over the arm's joints), and the
 action is the joint target q + dq in action units (the PD servo's (target - offset) / scale; with
 ``joint_position_delta`` actions, dq / scale), clipped to the bounds. The gripper element is +1 (open) or -1
-(closed). A phase machine per row moves the target: approach above the object, descend, close, lift (and, for
-place, carry over the target, lower, open, retreat).
+(closed). What each expert aims for follows from the state each step: approach above the object, descend, close,
+lift (and, for place, carry over the target, lower, open); for Push-T, go behind the block and push it.
 
 The experts read the simulator's state (object poses), not the policy's observation, and they are deliberately
 multimodal where the task is: the cube is taken with the fingers along either of its two horizontal axes, chosen
-at random per episode. Push-T has no expert yet (docs/manipulation.md).
+at random per episode; the T block is turned from either side of its bar. Pick and place choose from what the
+policy observes; the Push-T expert also keeps two flags per row (turning or not, pushing or not), so a clone sees
+most but not all of why it acts.
 """
 
 from __future__ import annotations
@@ -195,9 +197,155 @@ class PickExpert:
         return torch.as_tensor(actions, dtype=torch.float32, device=env.device)
 
 
+class PushTExpert:
+    """Push-T: push the T block onto its target pose with the closed fingers, one contact point per step.
+
+    Per row, from the block's pose and the target's: while the yaw error is above ``turn_above`` rad, or above
+    ``turn_below`` once the centre of mass is within ``near_enough`` m of its target (until it is below
+    ``turn_below``), push across the bar near one end so that the block turns toward its target heading: from below
+    the bar or from above its other end, drawn per episode (the task's multimodality), except that while the block
+    is more than ``far`` m away the side whose push also moves it toward the target is taken. Otherwise push through
+    the centre of mass toward the target's, the line moved sideways by ``twist`` m per rad of yaw error (at most 2
+    cm) so that the push also turns it. The contact is where the line of push leaves the T for the last time (its
+    outline, ``inside_t``); the tool goes to ``standoff`` m behind it, along the table when that way misses the
+    block and else over it (``clearance`` m above its top), then pushes by the remaining error (at most
+    ``push_step`` m a step), so pushes shrink as the block nears its target. The fingers stay closed and the hand
+    keeps its default heading (the closed fingers' footprint: 1.6 x 2.4 cm)."""
+
+    def __init__(
+        self,
+        env,
+        seed: int,
+        turn_above: float = 0.3,
+        turn_below: float = 0.03,
+        near_enough: float = 0.01,
+        far: float = 0.03,
+        twist: float = 0.2,
+        standoff: float = 0.02,
+        clearance: float = 0.03,
+        push_step: float = 0.02,
+    ) -> None:
+        self.env, self.arm = env, CartesianArm(env)
+        objects = env.task.robot.objects
+        block = objects.objects[0]
+        if block.shape != "t_block":
+            raise ValueError(f"the push_t expert pushes a t_block; the task's first object is a {block.shape}")
+        self.size = block.size
+        bar, width, stem, height = self.size
+        bar_area, stem_area = 4 * bar * width, 4 * width * stem
+        self.com_y = bar_area * (stem + width) / (bar_area + stem_area)  # the centre of mass on the block's y axis
+        self.push_z = objects.table_height + 0.028  # the fingertips (2.5 cm below the tool) 3 mm above the table
+        self.safe_z = objects.table_height + 2 * height + clearance + 0.025
+        self.turn_above, self.turn_below, self.near_enough, self.twist = turn_above, turn_below, near_enough, twist
+        self.far = far
+        self.standoff, self.push_step = standoff, push_step
+        self.generator = torch.Generator().manual_seed(seed)
+        self.turning = np.zeros(env.num_envs, dtype=bool)
+        self.side = np.zeros(env.num_envs, dtype=bool)  # turning: push from below the bar (False) or above (True)
+        self.pushing = np.zeros(env.num_envs, dtype=bool)  # on the line of push last step (a looser test to stay)
+        self.yaw = torch.zeros(env.num_envs, dtype=torch.float64)
+
+    def _new_episodes(self, rows: np.ndarray) -> None:
+        if rows.size:
+            self.side[rows] = torch.randint(2, (rows.size,), generator=self.generator).numpy().astype(bool)
+            self.turning[rows] = self.pushing[rows] = False
+
+    def _exit(self, start: np.ndarray, back: np.ndarray) -> np.ndarray:
+        """Where the ray from ``start`` [2] along ``back`` [2] (the block's frame) leaves the T for the last time (1
+        mm steps): the T is not convex, and a ray out of the stem can cross the bar again."""
+        from robopt.envs.robot.manipulation import inside_t
+
+        steps = start + np.arange(0, 0.25, 0.001)[:, None] * back  # [S, 2]
+        inside = np.nonzero(inside_t(torch.as_tensor(steps), self.size).numpy())[0]
+        return steps[int(inside[-1])] if inside.size else start
+
+    def _clear(self, start: np.ndarray, end: np.ndarray, origin: np.ndarray, turn: np.ndarray) -> bool:
+        """Whether the tool can go from ``start`` to ``end`` [2] (world) along the table without touching the block
+        at ``origin`` turned by ``turn`` (the T grown by the fingers' half footprint and 5 mm)."""
+        bar, width, stem, _ = self.size
+        margin = 0.017
+        points = (start + np.linspace(0.0, 1.0, 25)[:, None] * (end - start) - origin) @ turn  # [25, 2] block frame
+        x, y = points[:, 0], points[:, 1]
+        in_bar = (np.abs(x) <= bar + margin) & (np.abs(y - stem - width) <= width + margin)
+        in_stem = (np.abs(x) <= width + margin) & (np.abs(y) <= stem + margin)
+        return not bool((in_bar | in_stem).any())
+
+    def _contact(self, row: int, error: np.ndarray, yaw_error: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """The contact point and push direction in the block's frame, and how far to push (m)."""
+        bar, width, stem, _ = self.size
+        if self.turning[row]:  # across the bar at one end: a torque of the sign of the yaw error
+            below = not self.side[row]
+            if np.linalg.norm(error) > self.far:  # far off: the side whose push also moves the block toward it
+                below = bool(error[1] >= 0.0)
+            end = (bar - 0.012) * (1.0 if (yaw_error > 0) == below else -1.0)
+            point = np.array([end, stem if below else stem + 2 * width])
+            direction = np.array([0.0, 1.0 if below else -1.0])
+            return point, direction, min(self.push_step, abs(yaw_error) * bar)
+        distance = float(np.linalg.norm(error))
+        direction = error / max(distance, 1e-9)
+        normal = np.array([-direction[1], direction[0]])
+        com = np.array([0.0, self.com_y])
+        start = com - np.clip(self.twist * yaw_error, -0.02, 0.02) * normal  # off the centre: the push turns it too
+        point = self._exit(start, -direction)
+        return point, direction, min(self.push_step, distance)
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        env = self.env
+        s = _signals(env)
+        self._new_episodes(np.nonzero(env.episode_steps.cpu().numpy() == 0)[0])
+        qpos = s.state["qpos"].cpu().numpy()
+        tool = s.ee_pos.cpu().numpy()
+        block = s.objects_pos[:, 0].cpu().numpy()
+        yaw = yaw_of(s.objects_quat[:, 0]).cpu().numpy()
+        base = s.base_frame_pos.cpu().numpy()
+        target = s.command[:, :2].cpu().numpy() + base[:, :2]
+        target_yaw = torch.atan2(s.command[:, 4], s.command[:, 3]).cpu().numpy()
+        goal = tool.copy()
+        for row in range(env.num_envs):
+            yaw_error = math.remainder(float(target_yaw[row] - yaw[row]), 2 * math.pi)
+            cos, sin = math.cos(yaw[row]), math.sin(yaw[row])
+            turn = np.array([[cos, -sin], [sin, cos]])  # the block's frame -> the world's
+            tcos, tsin = math.cos(target_yaw[row]), math.sin(target_yaw[row])
+            com_now = block[row, :2] + turn @ [0.0, self.com_y]
+            com_goal = target[row] + np.array([[tcos, -tsin], [tsin, tcos]]) @ [0.0, self.com_y]
+            error = turn.T @ (com_goal - com_now)  # in the block's frame
+            there = np.linalg.norm(error) < self.near_enough  # in place: only the heading is left to correct
+            if abs(yaw_error) > self.turn_above or (there and abs(yaw_error) > self.turn_below):
+                self.turning[row] = True
+            elif abs(yaw_error) < self.turn_below:
+                self.turning[row] = False
+            point, direction, push = self._contact(row, error, yaw_error)
+            contact, along = block[row, :2] + turn @ point, turn @ direction  # world
+            ready = contact - along * (self.standoff + 0.008)  # the tool's centre, its face 2 cm behind
+            offset = tool[row, :2] - contact
+            lateral = abs(offset @ np.array([-along[1], along[0]]))
+            behind = offset @ along
+            low = tool[row, 2] < self.push_z + 0.02  # the fingertips below the block's top
+            near = float(np.linalg.norm(tool[row, :2] - ready))
+            on_line = low and (
+                (lateral < 0.02 and -0.045 < behind < 0.01)
+                if self.pushing[row]
+                else (lateral < 0.006 and -0.035 < behind < 0.004 and near < 0.012)
+            )
+            self.pushing[row] = on_line
+            if on_line:  # on the line, behind the face: push
+                goal[row, :2], goal[row, 2] = contact - along * 0.008 + along * push, self.push_z
+            elif low and (near < 0.02 and behind < -0.008 or self._clear(tool[row, :2], ready, block[row, :2], turn)):
+                goal[row, :2], goal[row, 2] = ready, self.push_z  # the way there along the table misses the block
+            elif tool[row, 2] < self.safe_z - 0.02 and near > 0.008:  # elsewhere and low: up first
+                goal[row, :2], goal[row, 2] = tool[row, :2], self.safe_z
+            elif near > 0.008:  # over the block: across to above the ready point
+                goal[row, :2], goal[row, 2] = ready, self.safe_z
+            else:  # above it: down
+                goal[row, :2], goal[row, 2] = ready, self.push_z
+        actions = self.arm.actions(qpos, goal, self.yaw, np.full(env.num_envs, -1.0))
+        return torch.as_tensor(actions, dtype=torch.float32, device=env.device)
+
+
 EXPERTS: dict[str, Callable] = {
     "lift": lambda env, seed: PickExpert(env, seed),
     "place": lambda env, seed: PickExpert(env, seed, place=True),
+    "push_t": lambda env, seed: PushTExpert(env, seed),
 }
 
 
