@@ -133,6 +133,7 @@ def _report(result) -> None:
 
         summary = json.loads((result.run_dir / "eval.json").read_text())
         success = f"  success rate: {summary['success_rate']:.2f}" if "success_rate" in summary else ""
+        success += f"  final score: {summary['mean_score']:.3f}" if "mean_score" in summary else ""
         typer.echo(f"deterministic evaluation: {summary['mean_return']:.1f} +- {summary['std_return']:.1f}{success}")
     if result.stopped_by_user:
         ranks = f" --nproc {result.world_size}" if result.world_size > 1 else ""
@@ -172,6 +173,7 @@ def evaluate(
         f"return {result.mean_return:.1f} +- {result.std_return:.1f} over {episodes} episodes "
         f"(mean length {result.mean_length:.0f})"
         + ("" if result.success_rate is None else f", success rate {result.success_rate:.2f}")
+        + ("" if result.mean_score is None else f", final score {result.mean_score:.3f}")
     )
     if pass_k:
         from robopt.commands.pass_at_k import pass_at_k
@@ -201,12 +203,14 @@ def plot(
     run_dirs: list[Path] = typer.Argument(..., help="run directories; runs sharing a config name are grouped"),
     out: Path = typer.Option(Path("curves.png"), "--out", help="output image"),
     metric: str = typer.Option("episode_return", "--metric", help="progress.csv column, e.g. success_rate"),
+    x: str = typer.Option("env_steps", "--x", help="the x axis: env_steps or wall_time"),
+    label: list[str] = typer.Option([], "--label", help="a label per run (in order), instead of the config's name"),
 ) -> None:
-    """Learning curves: return (or --metric) vs environment steps, mean and spread over seeds."""
+    """Learning curves: return (or --metric) vs environment steps (or wall time), mean and spread over seeds."""
     from robopt.plotting import plot_runs
 
     try:
-        groups = plot_runs(run_dirs, out, metric=metric)
+        groups = plot_runs(run_dirs, out, metric=metric, labels=label or None, x=x)
     except ConfigError as error:
         _fail(str(error))
     typer.echo(f"wrote {out} ({', '.join(f'{name}: {n} run(s)' for name, n in groups.items())})")

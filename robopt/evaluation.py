@@ -35,6 +35,7 @@ class EvalResult:
     mean_length: float
     returns: list[float]
     success_rate: float | None = None  # goal tasks (envs reporting info["is_success"]): fraction of successes
+    mean_score: float | None = None  # envs reporting info["success_score"] (Push-T's coverage): mean at the end
 
 
 class PeriodicEvaluation:
@@ -69,6 +70,8 @@ class PeriodicEvaluation:
         values = {"eval_return": result.mean_return, "eval_return_std": result.std_return}
         if result.success_rate is not None:
             values["eval_success_rate"] = result.success_rate
+        if result.mean_score is not None:
+            values["eval_score"] = result.mean_score
         return values
 
     def close(self) -> None:
@@ -116,6 +119,7 @@ def evaluate_policy(policy, env, episodes: int, seed: int) -> EvalResult:
     returns = torch.full((env.num_envs,), float("nan"))
     lengths = torch.zeros(env.num_envs)
     success = torch.zeros(env.num_envs, dtype=torch.bool)
+    score = torch.full((env.num_envs,), float("nan"))
     has_success = False
     actor = PolicyActor(policy, env.num_envs)  # carries a recurrent policy's state, reset where episodes end
     while torch.isnan(returns[:episodes]).any():
@@ -130,9 +134,14 @@ def evaluate_policy(policy, env, episodes: int, seed: int) -> EvalResult:
         if "is_success" in info:
             has_success = True
             success[first] = info["is_success"].cpu()[first]
+        if "success_score" in info:
+            score[first] = info["success_score"].cpu().float()[first]
     values = returns[:episodes].tolist()
     rate = float(success[:episodes].float().mean()) if has_success else None
-    return EvalResult(float(np.mean(values)), float(np.std(values)), float(lengths[:episodes].mean()), values, rate)
+    final = None if torch.isnan(score[:episodes]).all() else float(score[:episodes].nanmean())
+    return EvalResult(
+        float(np.mean(values)), float(np.std(values)), float(lengths[:episodes].mean()), values, rate, final
+    )
 
 
 def evaluate_run(run_dir: Path, episodes: int = 10, seed: int = 10_000) -> EvalResult:

@@ -94,12 +94,15 @@ def _step(value: str) -> float:
         return float("inf")
 
 
-def read_progress(run_dir: Path, metric: str = "episode_return") -> tuple[list[float], list[float]]:
-    """(env_steps, metric) rows of a run's progress.csv that have a value of ``metric`` (default: the return)."""
+def read_progress(
+    run_dir: Path, metric: str = "episode_return", x: str = "env_steps"
+) -> tuple[list[float], list[float]]:
+    """(x, metric) rows of a run's progress.csv that have a value of ``metric`` (default: the return); ``x`` is
+    ``env_steps`` or another column, such as ``wall_time`` (s)."""
     steps, values = [], []
     with (run_dir / "progress.csv").open() as handle:
         for row in csv.DictReader(handle):
-            if row.get(metric):
-                steps.append(float(row["env_steps"]))
+            if row.get(metric) and row.get(x):
+                steps.append(float(row[x]))
                 values.append(float(row[metric]))
     return steps, values

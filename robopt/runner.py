@@ -217,8 +217,9 @@ def _train(config, collective: Collective, resume_dir, progress, stop_at_iterati
             loop.env.close()
             evaluation = final_evaluation(config, loop.policy, run_dir)
             scores = {"return": evaluation["mean_return"], "return_std": evaluation["std_return"]}
-            if "success_rate" in evaluation:
-                scores["success_rate"] = evaluation["success_rate"]
+            for key in ("success_rate", "mean_score"):
+                if key in evaluation:
+                    scores[key] = evaluation[key]
             logger.log_summary(loop.env_steps, scores)
     finally:
         if evaluator is not None:
@@ -241,5 +242,7 @@ def final_evaluation(config: ExperimentConfig, policy, run_dir: Path) -> dict:
                "mean_length": result.mean_length}  # fmt: skip
     if result.success_rate is not None:
         summary["success_rate"] = result.success_rate
+    if result.mean_score is not None:
+        summary["mean_score"] = result.mean_score
     (run_dir / "eval.json").write_text(json.dumps(summary, indent=2))
     return summary

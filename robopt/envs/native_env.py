@@ -175,6 +175,8 @@ class NativeVecEnv:
         if self._reports_success:  # a term task's success term (its hold time included) in the step's state
             success = success & ~unstable
             info["is_success"] = success
+            if getattr(task, "success_score", None) is not None:  # a graded success (Push-T's coverage) [N]
+                info["success_score"] = task.success_score.clone()
             info.setdefault("log", {})["success"] = ((success & done).sum(), done.sum())  # over episodes that ended
         if self._goal_task:  # the success of an episode that ended is that of its last (noise-free) observation
             last = torch.where(unstable[:, None], self._obs, clean_obs)

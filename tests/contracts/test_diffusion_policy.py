@@ -174,6 +174,25 @@ def test_deterministic_act_is_ddim_and_matches_export(frozen):
     torch.testing.assert_close(exported(obs), first, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("frozen", [False, True])
+def test_deterministic_ddpm_is_the_chain_without_its_noise_and_matches_export(frozen, monkeypatch):
+    policy = make_policy(deterministic="ddpm")
+    if frozen:
+        policy.freeze_base()
+        perturb(policy.denoiser, 0.5)
+    obs = torch.randn(B, D) * 3
+    first = policy.act(obs, deterministic=True)[0]
+    ddim = make_policy(deterministic="ddim")
+    ddim.load_state_dict(policy.state_dict())
+    assert (ddim.act(obs, deterministic=True)[0] - first).abs().max() > 1e-3  # another path through the same net
+    torch.testing.assert_close(policy.export_module()(obs), first, rtol=0, atol=1e-6)
+    # the sampled chain with every draw zero (x_K = 0, no step noise) is the mean path: the same action
+    monkeypatch.setattr(torch, "randn", lambda *shape, dtype=None, device=None: torch.zeros(*shape, dtype=dtype))
+    monkeypatch.setattr(torch, "randn_like", torch.zeros_like)
+    chain = policy.sample_chain(policy._obs_norm(obs))
+    torch.testing.assert_close(policy.to_env(chain[:, -1]), first, rtol=0, atol=1e-6)
+
+
 def test_torch_export_matches_eager_on_other_batch_sizes(tmp_path):
     from robopt.sim2real.export import export_pt2, load_torch_file
 

@@ -1,8 +1,11 @@
-"""A diffusion policy cloned from the lift task's scripted expert lifts the cube (about 50 s on 2 cores).
+"""A diffusion policy cloned from the lift task's scripted expert lifts the cube, and DPPO fine-tuning lifts it more
+often (about 35 s and 30 s on 2 cores).
 
-The whole path a user runs: ``robopt collect --expert configs/ppo_lift_cube.yaml`` (100 episodes), then ``robopt
-pretrain configs/bc_diffusion_lift_cube.yaml`` on them (200 epochs), then the deterministic evaluation.
+The whole path a user runs: ``robopt collect --expert configs/ppo_lift_cube.yaml`` (100 episodes), ``robopt
+pretrain configs/bc_diffusion_lift_cube.yaml`` on them (200 epochs), the deterministic evaluation, then ``robopt
+train configs/dppo_lift_cube.yaml init_from=<the clone>`` for 64k env steps on the sparse success reward.
 docs/manipulation.md has the full-size figures (500 episodes, 300 epochs: 1.00 of 100 episodes over 3 seeds).
+The clone is made once for both tests (one xdist group, so one worker makes it).
 """
 
 from __future__ import annotations
@@ -17,30 +20,60 @@ from robopt.experiment import load_config
 from robopt.runner import train
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+EPISODES = 64  # deterministic evaluation episodes of the clone and of the fine-tuned policy
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("manipulation_learning")]
 
 
-@pytest.mark.slow
-def test_a_cloned_diffusion_policy_lifts_the_cube(tmp_path):
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """(the expert's demonstrations' success rate, the clone's run directory, its success rate over 64 episodes)."""
     pytest.importorskip("minari")
+    root = tmp_path_factory.mktemp("lift")
     demos = collect(
-        "lift/expert", 100, expert=str(CONFIGS / "ppo_lift_cube.yaml"), root=tmp_path / "data", seed=5, progress=False
+        "lift/expert", 100, expert=str(CONFIGS / "ppo_lift_cube.yaml"), root=root / "data", seed=5, progress=False
     )
-    assert demos.success_rate >= 0.95  # the expert itself (0.99 over 500 episodes)
     config = load_config(
         CONFIGS / "bc_diffusion_lift_cube.yaml",
         [
-            f"log.run_root={tmp_path / 'runs'}",
+            f"log.run_root={root / 'runs'}",
             "log.progress=false",
             "log.eval_episodes=0",
-            f"algo.dataset_root={tmp_path / 'data'}",
+            f"algo.dataset_root={root / 'data'}",
             "algo.dataset=lift/expert-v0",
             "algo.epochs=200",
             "algo.patience=200",
         ],
     )
     result = train(config)
-    evaluation = evaluate_run(result.run_dir, episodes=32)
-    print(f"cloned from 100 expert episodes: success {evaluation.success_rate:.3f} of 32")
-    # measured here: 0.47 of 32 (15); an untrained policy lifts nothing, and a clone that only reaches the cube
+    return demos.success_rate, result.run_dir, evaluate_run(result.run_dir, episodes=EPISODES).success_rate
+
+
+def test_a_cloned_diffusion_policy_lifts_the_cube(clone):
+    expert, _, cloned = clone
+    assert expert >= 0.95  # the expert itself (0.99 over 500 episodes)
+    print(f"cloned from 100 expert episodes: success {cloned:.3f} of {EPISODES}")
+    # measured here: 0.36 of 64 (23); an untrained policy lifts nothing, and a clone that only reaches the cube
     # without closing on it and lifting it 10 cm for 0.5 s scores 0
-    assert evaluation.success_rate is not None and evaluation.success_rate >= 0.15, evaluation
+    assert cloned is not None and cloned >= 0.15, cloned
+
+
+def test_dppo_fine_tuning_lifts_the_cube_more_often(clone):
+    _, run_dir, cloned = clone
+    config = load_config(
+        CONFIGS / "dppo_lift_cube.yaml",
+        [
+            f"log.run_root={run_dir.parent.parent / 'finetune'}",
+            "log.progress=false",
+            "log.eval_every=0",
+            "log.eval_episodes=0",
+            f"init_from={run_dir}",
+            "total_steps=64000",
+            "critic_warmup=2",
+        ],
+    )
+    result = train(config)
+    tuned = evaluate_run(result.run_dir, episodes=EPISODES).success_rate
+    print(f"clone {cloned:.3f}, after 64k steps of DPPO {tuned:.3f} of {EPISODES}")
+    # measured here: 0.36 -> 0.75 at 64k steps (0.81 at 96k); a fine-tuning that changed nothing or made it
+    # worse fails
+    assert tuned is not None and tuned >= cloned + 0.15, (cloned, tuned)

@@ -8,7 +8,9 @@ is 1 - tanh(d / std), ``exp`` is exp(-d^2 / std^2) (both 1 at the target, the fi
 
 Success terms (``task.success``, at most one) say whether the task is done in this state; the task keeps the
 count of consecutive steps it held (``hold_s``, an option of the entry) and sets ``signals.success``, which the
-``success`` reward and termination read and the env reports as ``info["is_success"]``.
+``success`` reward and termination read and the env reports as ``info["is_success"]``. A success term with a
+``score`` attribute (a function of the same parameters, [N] float: ``t_covered``'s is the coverage) also has it
+reported as ``info["success_score"]``, whose value at each episode's end ``robopt eval`` averages.
 
 Push-T's score is the share of the block's area that lies inside its target region, the block placed at the
 target pose (Chi et al. 2023, "Diffusion Policy", whose 2D environment computes it exactly from polygons): here it
@@ -177,6 +179,13 @@ def at_target(
 def t_covered(s: Signals, threshold: float = 0.95, object: str = "") -> torch.Tensor:
     """The Push-T score is at least ``threshold`` (the benchmark's success: 0.95)."""
     return t_coverage(s, s.object_index(object)) >= threshold
+
+
+def _t_covered_score(s: Signals, threshold: float = 0.95, object: str = "") -> torch.Tensor:
+    return t_coverage(s, s.object_index(object))
+
+
+t_covered.score = _t_covered_score  # the env reports the coverage itself as info["success_score"]
 
 
 # -- terminations ---------------------------------------------------------------------------------------------------

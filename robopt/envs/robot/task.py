@@ -190,6 +190,7 @@ class TermTask:
         if self.critic_terms:
             self.privileged_dim = sum(part.shape[1] for part in self._run_checked("critic", signals))
         self.success_held = torch.zeros(n, dtype=torch.long, device=self.device)  # [N] steps it has held
+        self.success_score: torch.Tensor | None = None  # [N] the success term's score, where it has one
         for section in ("success", "rewards", "terminations"):
             for entry, fn in self._bound[section]:
                 value = _call(entry, fn, signals, section)
@@ -235,8 +236,10 @@ class TermTask:
         signals = self._signals(state)
         terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         log: dict[str, torch.Tensor] = {}
-        for _, holds in self._values("success", signals):
+        for entry, holds in self._values("success", signals):
             self.success_held = torch.where(holds.bool(), self.success_held + 1, 0)
+            score = getattr(self._bound["success"][0][1], "score", None)
+            self.success_score = None if score is None else score(signals, **entry.params)
             signals.success = self.success
             log["success_now"] = signals.success.to(self.dtype).mean()
         for entry, ended in self._values("terminations", signals):
