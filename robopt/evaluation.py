@@ -23,7 +23,7 @@ from robopt.build import (
 from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
 from robopt.config import ConfigError
 from robopt.envs.render import DEFAULT_HEIGHT, DEFAULT_WIDTH, NativeRowRenderer, gymnasium_camera_kwargs
-from robopt.experiment import ExperimentConfig, load_run_config
+from robopt.experiment import ExperimentConfig, load_config, load_run_config
 from robopt.options import WARP_ONLY_OPTIONS
 from robopt.policies.recurrent import PolicyActor
 
@@ -155,6 +155,30 @@ def evaluate_run(run_dir: Path, episodes: int = 10, seed: int = 10_000) -> EvalR
         env.close()
 
 
+def task_expert_env(path: Path, num_envs: int, seed: int) -> tuple[object, Callable, dict]:
+    """A robot task's env (the config file's, ``num_envs`` rows), its scripted expert (``task.expert``) and the
+    metadata a dataset of its episodes records."""
+    from robopt.envs.robot.experts import task_expert
+
+    config = load_config(path)
+    if config.env.id != "robot" or not config.task.expert:
+        raise ConfigError(
+            f"--expert {str(path)!r}: its task has no scripted expert (task.expert: lift, place or push_t); the "
+            "shipped tasks with one: configs/ppo_lift_cube.yaml, configs/ppo_place_cube.yaml, configs/ppo_push_t.yaml"
+        )
+    env = build_env(config, num_envs=num_envs, policy_side=False)
+    if hasattr(env, "inner"):  # wrapped: the expert steps the native env and records its whole observation
+        raise ConfigError(
+            f"--expert {str(path)!r}: env.observe selects observations; record the task's whole observation"
+        )
+    try:
+        act = task_expert(env, config.task.expert, seed)
+    except ValueError as error:
+        raise ConfigError(f"--expert {str(path)!r}: {error}") from None
+    metadata = {"source": "expert", "algorithm_name": f"scripted expert ({config.task.expert})", "config": str(path)}
+    return env, act, metadata
+
+
 class ScriptedPolicy:
     """A scripted expert (``act(obs) -> action``, reading its env's state) where a policy is expected: its action is
     deterministic and bounded by the env's; no parameters, no memory."""
@@ -169,8 +193,6 @@ class ScriptedPolicy:
 def evaluate_expert(config_path: Path, episodes: int = 10, seed: int = 10_000) -> EvalResult:
     """The scripted expert of a robot task's config (``task.expert``) over ``episodes`` episodes, as
     ``evaluate_run`` scores a policy (its success rate from ``info["is_success"]``)."""
-    from robopt.commands.collect import task_expert_env
-
     if episodes < 1:
         raise ConfigError(f"--episodes must be at least 1, got {episodes}")
     env, act, _ = task_expert_env(Path(config_path), episodes, seed)
@@ -185,8 +207,6 @@ def record_expert_video(
     config_path: Path, path: Path, seed: int = 10_000, max_steps: int = 1000, progress: bool = True
 ) -> int:
     """Film one episode of the scripted expert of a robot task's config, as ``record_video`` films a run."""
-    from robopt.commands.collect import task_expert_env
-
     if max_steps < 0:
         raise ConfigError(f"video max_steps must be at least 0, got {max_steps}")
     env, act, _ = task_expert_env(Path(config_path), 1, seed)

@@ -24,8 +24,8 @@ from robopt.core.protocols import memory_width
 from robopt.data.dataset_writer import check_can_write, write_dataset
 from robopt.data.demonstrations import normalize_dataset_id, require_minari
 from robopt.data.recording import record_episodes
-from robopt.evaluation import load_policy
-from robopt.experiment import load_config, load_run_config
+from robopt.evaluation import load_policy, task_expert_env
+from robopt.experiment import load_run_config
 from robopt.options import ConfigError
 
 MAX_DEFAULT_ENVS = 16
@@ -133,29 +133,6 @@ def _from_run(run_dir: Path, num_envs: int) -> tuple[object, Callable, dict, int
     if horizon > 1:
         metadata["policy_horizon"] = horizon
     return env, act, metadata, horizon
-
-
-def task_expert_env(path: Path, num_envs: int, seed: int) -> tuple[object, Callable, dict]:
-    """A robot task's env (the config file's, ``num_envs`` rows) and its scripted expert (``task.expert``)."""
-    from robopt.envs.robot.experts import task_expert
-
-    config = load_config(path)
-    if config.env.id != "robot" or not config.task.expert:
-        raise ConfigError(
-            f"--expert {str(path)!r}: its task has no scripted expert (task.expert: lift, place or push_t); the "
-            "shipped tasks with one: configs/ppo_lift_cube.yaml, configs/ppo_place_cube.yaml, configs/ppo_push_t.yaml"
-        )
-    env = build_env(config, num_envs=num_envs, policy_side=False)
-    if hasattr(env, "inner"):  # wrapped: the expert steps the native env and records its whole observation
-        raise ConfigError(
-            f"--expert {str(path)!r}: env.observe selects observations; record the task's whole observation"
-        )
-    try:
-        act = task_expert(env, config.task.expert, seed)
-    except ValueError as error:
-        raise ConfigError(f"--expert {str(path)!r}: {error}") from None
-    metadata = {"source": "expert", "algorithm_name": f"scripted expert ({config.task.expert})", "config": str(path)}
-    return env, act, metadata
 
 
 def _from_expert(env_id: str, num_envs: int, seed: int) -> tuple[object, Callable, dict]:
