@@ -27,7 +27,7 @@ import mujoco
 import numpy as np
 import torch
 
-from robopt.envs.robot.manipulation import yaw_of
+from robopt.envs.robot.manipulation import inside_t, yaw_of
 from robopt.envs.robot.signals import Signals, quat_multiply, yaw_quat
 
 
@@ -253,8 +253,6 @@ class PushTExpert:
     def _exit(self, start: np.ndarray, back: np.ndarray) -> np.ndarray:
         """Where the ray from ``start`` [2] along ``back`` [2] (the block's frame) leaves the T for the last time (1
         mm steps): the T is not convex, and a ray out of the stem can cross the bar again."""
-        from robopt.envs.robot.manipulation import inside_t
-
         steps = start + np.arange(0, 0.25, 0.001)[:, None] * back  # [S, 2]
         inside = np.nonzero(inside_t(torch.as_tensor(steps), self.size).numpy())[0]
         return steps[int(inside[-1])] if inside.size else start
@@ -262,13 +260,8 @@ class PushTExpert:
     def _clear(self, start: np.ndarray, end: np.ndarray, origin: np.ndarray, turn: np.ndarray) -> bool:
         """Whether the tool can go from ``start`` to ``end`` [2] (world) along the table without touching the block
         at ``origin`` turned by ``turn`` (the T grown by the fingers' half footprint and 5 mm)."""
-        bar, width, stem, _ = self.size
-        margin = 0.017
         points = (start + np.linspace(0.0, 1.0, 25)[:, None] * (end - start) - origin) @ turn  # [25, 2] block frame
-        x, y = points[:, 0], points[:, 1]
-        in_bar = (np.abs(x) <= bar + margin) & (np.abs(y - stem - width) <= width + margin)
-        in_stem = (np.abs(x) <= width + margin) & (np.abs(y) <= stem + margin)
-        return not bool((in_bar | in_stem).any())
+        return not bool(inside_t(torch.as_tensor(points), self.size, margin=0.017).any())
 
     def _contact(self, row: int, error: np.ndarray, yaw_error: float) -> tuple[np.ndarray, np.ndarray, float]:
         """The contact point and push direction in the block's frame, and how far to push (m)."""

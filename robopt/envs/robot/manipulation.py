@@ -224,12 +224,13 @@ def t_points(size: tuple[float, ...], per_axis: int = 12) -> torch.Tensor:
     return torch.cat([grid(bar, width, stem + width), grid(width, stem, 0.0)])
 
 
-def inside_t(points: torch.Tensor, size: tuple[float, ...]) -> torch.Tensor:
-    """Whether points [..., 2] (in a T block's frame) lie inside it [...] bool."""
+def inside_t(points: torch.Tensor, size: tuple[float, ...], margin: float = 0.0) -> torch.Tensor:
+    """Whether points [..., 2] (in a T block's frame) lie inside it [...] bool; ``margin`` (m) grows each of its two
+    boxes on every side."""
     bar, width, stem, _ = size
     x, y = points[..., 0], points[..., 1]
-    in_bar = (x.abs() <= bar) & ((y - stem - width).abs() <= width)
-    in_stem = (x.abs() <= width) & (y.abs() <= stem)
+    in_bar = (x.abs() <= bar + margin) & ((y - stem - width).abs() <= width + margin)
+    in_stem = (x.abs() <= width + margin) & (y.abs() <= stem + margin)
     return in_bar | in_stem
 
 

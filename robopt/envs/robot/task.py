@@ -170,6 +170,8 @@ class TermTask:
             for section, terms in self.sections.items()
         }
         self._stateful = [fn for bound in self._bound.values() for entry, fn in bound if entry.info.stateful]
+        success = self._bound["success"]  # at most one term; its graded score, if it declares one (Push-T's coverage)
+        self._success_score = getattr(success[0][1], "score", None) if success else None
         parts = self._run_checked("observations", signals)
         self.obs_width = sum(part.shape[1] for part in parts)
         self.term_widths = [part.shape[1] for part in parts]
@@ -238,8 +240,8 @@ class TermTask:
         log: dict[str, torch.Tensor] = {}
         for entry, holds in self._values("success", signals):
             self.success_held = torch.where(holds.bool(), self.success_held + 1, 0)
-            score = getattr(self._bound["success"][0][1], "score", None)
-            self.success_score = None if score is None else score(signals, **entry.params)
+            if self._success_score is not None:
+                self.success_score = self._success_score(signals, **entry.params)
             signals.success = self.success
             log["success_now"] = signals.success.to(self.dtype).mean()
         for entry, ended in self._values("terminations", signals):
