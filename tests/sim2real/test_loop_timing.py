@@ -123,7 +123,9 @@ def test_measurement_mode_ticks_on_fresh_measurements_and_relocks_after_a_late_o
     robot.stamps[20:] = [t + 0.009 for t in robot.stamps[20:]]  # a clock step): the loop relocks on it
     loop.run(ticks=TICKS)
     ages = loop.log.records()["obs_age"]
-    assert np.median(ages[6:18]) < 0.004 and np.median(ages[30:]) < 0.004, ages  # read within a few ms of arrival
+    # read within a few ms of arrival; a loop that did not relock reads each measurement 11 ms old (20 - 9), and a
+    # loaded 2-core machine (three busy processes per core) was seen at 6 ms
+    assert np.median(ages[6:18]) < 0.008 and np.median(ages[30:]) < 0.008, ages
     assert loop.all_counters()["stamp_faults"] == 0 and loop.counters["late_ticks"] <= 2
 
 
@@ -196,33 +198,45 @@ def test_scheduling_options_are_checked_at_load():
 
 
 class PhasedRobot(ScriptedRobot):
-    """Measures every ``period`` from ``first`` on (time.monotonic); ``read`` returns the latest measurement."""
+    """Measures every ``period``, the first ``offset`` seconds after the loop's first read (time.monotonic);
+    ``read`` returns the latest measurement. Anchored on the first read, not on a time set before the loop
+    starts: a sleep that overshoots on a loaded machine would otherwise shift the phase the test measures."""
 
-    def __init__(self, period: float, first: float):
+    def __init__(self, period: float, offset: float):
         super().__init__([])
-        self.period, self.first = period, first
+        self.period, self.offset, self.first = period, offset, None
 
     def read(self):
-        k = math.floor((time.monotonic() - self.first) / self.period)
+        now = time.monotonic()
+        if self.first is None:
+            self.first = now + self.offset
+        k = math.floor((now - self.first) / self.period)
         return (GOOD, self.first + k * self.period) if k >= 0 else (None, float("nan"))
+
+
+def phased_run(tick_on: str, period: float):
+    """16 ticks against a robot that measures 5 ms after the loop's first read; (median obs age past the start,
+    the loop's counters)."""
+    loop = ControlLoop(
+        constant([0.0, 0.0]),
+        PhasedRobot(period, 0.005),
+        sidecar_for(period=period),
+        DeployConfig(tick_on=tick_on, stale_timeout_ms=500),
+        clock=time.monotonic,
+    )
+    loop.run(ticks=16)
+    records = loop.log.records()[4:]  # past the start, where the first measurement may not be there yet
+    return float(np.median(records["obs_age"])), loop.counters
 
 
 def test_ticking_on_measurements_acts_on_fresh_observations():
     period = 0.05
-    ages = {}
-    for tick_on in ("clock", "measurement"):
-        # measurements land 5 ms after each of the clock's ticks: on the clock, each tick reads one 45 ms old
-        robot = PhasedRobot(period, time.monotonic() + 0.2 + 0.005)
-        loop = ControlLoop(
-            constant([0.0, 0.0]),
-            robot,
-            sidecar_for(period=period),
-            DeployConfig(tick_on=tick_on, stale_timeout_ms=500),
-            clock=time.monotonic,
-        )
-        time.sleep(max(0.0, robot.first - 0.005 - time.monotonic()))
-        loop.run(ticks=16)
-        records = loop.log.records()[4:]  # past the start, where the first measurement may not be there yet
-        ages[tick_on] = float(np.median(records["obs_age"]))
-        assert loop.counters["missed_deadline"] <= 2, tick_on
-    assert ages["clock"] > 0.03 and ages["measurement"] < 0.015, ages
+    # on the clock, each tick reads a measurement 45 ms old. A late tick restarts the clock's schedule, which moves
+    # its phase against the robot's by the lateness: a run the machine stalled is run again (at most three times)
+    for _ in range(3):
+        clock_age, counters = phased_run("clock", period)
+        if counters["late_ticks"] == 0:
+            break
+    assert counters["late_ticks"] > 0 or clock_age > 0.03, clock_age
+    measurement_age, counters = phased_run("measurement", period)  # in phase with the robot: read on arrival
+    assert measurement_age < 0.015 and counters["missed_deadline"] <= 2, (measurement_age, counters)
