@@ -48,8 +48,9 @@ def scenario(name: str, start: float):
     n = 2 * TICKS
     nominal = np.array([start + k * PERIOD for k in range(n)])
     arrivals, stamps = nominal.copy(), nominal.copy()
-    if name == "future_once":  # one header from a robot whose clock jumped (or a corrupt stamp)
-        stamps[10] += 1e8
+    if name == "future_once":  # one header from a robot whose clock jumped (or a corrupt stamp); the next one comes
+        stamps[10] += 1e8  # a period late, so that a tick stalled by a loaded machine still reads it (at most twice)
+        arrivals[11] = nominal[12] - 0.001
     elif name == "jump_forward_and_back":  # the robot's clock jumps 5 s ahead for 5 measurements, then is corrected
         stamps[10:15] += 5.0
     elif name == "restart":  # the robot restarts its clock from 0 at measurement 20
