@@ -1,5 +1,5 @@
 """A diffusion policy cloned from the lift task's scripted expert lifts the cube, and DPPO fine-tuning lifts it more
-often (47 s and 32 s on 2 cores).
+often (about 90 s for both on 2 cores).
 
 The whole path a user runs: ``robopt collect --expert configs/ppo_lift_cube.yaml`` (100 episodes), ``robopt
 pretrain configs/bc_diffusion_lift_cube.yaml`` on them (200 epochs), the deterministic evaluation, then ``robopt
