@@ -8,7 +8,7 @@ CONFIG ?= configs/ppo_halfcheetah_fast.yaml
 TEST_WORKERS ?= auto
 XDIST := -n $(TEST_WORKERS) --maxprocesses=4 --dist loadgroup
 
-.PHONY: train test test-fast test-portability test-isaac isaac bench lint format clean
+.PHONY: train test test-fast test-portability test-isaac isaac metaworld bench lint format clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,10 +25,10 @@ $(STAMP): pyproject.toml
 train: $(STAMP)
 	$(BIN)/robopt train $(CONFIG) $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(MW_STAMP)
 	MUJOCO_GL=egl $(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) tests $(ARGS)
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(MW_STAMP)
 	MUJOCO_GL=egl $(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) -m "not slow" tests $(ARGS)
 
 # The float-sensitive tests under SSE4_2, AVX2 and AVX512 kernels, with 1 and 2 torch threads (.ci/portability).
@@ -61,6 +61,21 @@ isaac: $(ISAAC_STAMP)
 test-isaac: $(ISAAC_STAMP)
 	$(ISAAC_BIN)/python -m pytest -q -p no:cacheprovider --timeout 900 tests/isaac $(ARGS)
 
+# Meta-World 3.1.1 in its own venv: it pins mujoco==3.3.0, and on .venv's MuJoCo 4 its mocap weld data has the wrong
+# length. robopt never imports it: its envs run in worker processes of this venv's Python
+# (robopt/envs/metaworld_worker.py: numpy and Meta-World only), so this venv holds no torch and no robopt (about
+# 150 MB, seconds with uv). packaging: Gymnasium's MuJoCo module imports it, and Meta-World does not list it.
+MW_VENV := .venv-metaworld
+MW_STAMP := $(MW_VENV)/.installed
+
+$(MW_STAMP): $(STAMP) Makefile
+	test -x $(MW_VENV)/bin/python || $(PYTHON) -m venv --without-pip $(MW_VENV)
+	$(BIN)/uv pip install -q --python $(MW_VENV)/bin/python metaworld==3.1.1 mujoco==3.3.0 gymnasium==1.4.0 \
+		'numpy>=2,<3' packaging
+	touch $(MW_STAMP)
+
+metaworld: $(MW_STAMP)
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/ppo_vs_sb3.py
 
@@ -73,4 +88,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix robopt tests benchmarks scripts
 
 clean:
-	rm -rf $(VENV) $(ISAAC_VENV) build *.egg-info
+	rm -rf $(VENV) $(ISAAC_VENV) $(MW_VENV) build *.egg-info

@@ -221,7 +221,9 @@ def collect(
     run_dir: Path | None = typer.Argument(None, help="run directory whose deterministic policy acts (or --expert)"),
     episodes: int | None = typer.Option(None, "--episodes", help="number of whole episodes to record"),
     out: str | None = typer.Option(None, "--out", help="dataset name, e.g. pendulum/ppo (-v0 is added if no -vN)"),
-    expert: str | None = typer.Option(None, "--expert", help="record the scripted expert of this env id instead"),
+    expert: str | None = typer.Option(
+        None, "--expert", help="record a scripted expert instead: an env id, metaworld:<task>, or a robot task's config"
+    ),
     action_noise: float = typer.Option(0.0, "--action-noise", help="Gaussian noise std, fraction of half the range"),
     force: bool = typer.Option(False, "--force", help="replace an existing dataset of that name"),
     root: Path | None = typer.Option(None, "--root", help="datasets root (default $MINARI_DATASETS_PATH or ~/.minari)"),

@@ -52,11 +52,12 @@ __all__ = [
 class EnvConfig:
     id: str = option(
         "HalfCheetah-v5",
-        "env id: a Gymnasium id (HalfCheetah-v5), a native task (mujoco/HalfCheetah) or an Isaac Lab id (Isaac-<Task>)",
+        "env id: a Gymnasium id (HalfCheetah-v5), a native task (mujoco/HalfCheetah), an Isaac Lab id "
+        "(Isaac-<Task>) or a Meta-World task (metaworld/<task>-v3)",
     )
     num_envs: int = option(1, "number of parallel environments N")
     backend: str = option(
-        "auto", "simulation backend", ("auto", "gymnasium", "isaaclab", "mujoco", "mujoco_warp", "torch")
+        "auto", "simulation backend", ("auto", "gymnasium", "isaaclab", "metaworld", "mujoco", "mujoco_warp", "torch")
     )
     kwargs: dict = option({}, "extra keyword arguments passed to the env constructor")
     observe: tuple[int, ...] = option(

@@ -29,6 +29,7 @@ from robopt.experiment import load_run_config
 from robopt.options import ConfigError
 
 MAX_DEFAULT_ENVS = 16
+METAWORLD_EXPERT = "metaworld:"  # --expert metaworld:<task>: the task's policy in metaworld.policies
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,8 @@ def _from_run(run_dir: Path, num_envs: int) -> tuple[object, Callable, dict, int
 def _from_expert(env_id: str, num_envs: int, seed: int) -> tuple[object, Callable, dict]:
     """A fresh env of ``env_id`` and its scripted expert from ``robopt.envs.experts.EXPERTS``; a config file (``.yaml``)
     names a robot task whose ``task.expert`` acts instead."""
+    if env_id.startswith(METAWORLD_EXPERT):
+        return _metaworld_expert(env_id.removeprefix(METAWORLD_EXPERT), num_envs)
     if env_id.endswith((".yaml", ".yml")):
         if not Path(env_id).is_file():
             raise ConfigError(f"--expert {env_id!r}: no such config file")
@@ -149,8 +152,9 @@ def _from_expert(env_id: str, num_envs: int, seed: int) -> tuple[object, Callabl
     if env_id not in EXPERTS:
         available = ", ".join(sorted(EXPERTS)) or "(none)"
         raise ConfigError(
-            f"no scripted expert for env {env_id!r}; available: {available}, or a robot task's config file with "
-            "task.expert (configs/ppo_lift_cube.yaml, configs/ppo_place_cube.yaml, configs/ppo_push_t.yaml)"
+            f"no scripted expert for env {env_id!r}; available: {available}, {METAWORLD_EXPERT}<task> (a Meta-World "
+            "task's own scripted policy), or a robot task's config file with task.expert (configs/ppo_lift_cube.yaml, "
+            "configs/ppo_place_cube.yaml, configs/ppo_push_t.yaml)"
         )
     from robopt.envs import make_env
 
@@ -159,3 +163,21 @@ def _from_expert(env_id: str, num_envs: int, seed: int) -> tuple[object, Callabl
     except (ValueError, TypeError) as error:
         raise ConfigError(f"--expert {env_id!r}: {error}") from None
     return env, EXPERTS[env_id](env, seed), {"source": "expert", "algorithm_name": "scripted expert"}
+
+
+def _metaworld_expert(task: str, num_envs: int) -> tuple[object, Callable, dict]:
+    """Rows of a Meta-World task (``push-v3``, or ``push``) and its own scripted policy (``metaworld.policies``, run in
+    the Meta-World workers on each row's observation), on the sparse success reward."""
+    from robopt.envs import make_env
+
+    task = task if task.endswith("-v3") else f"{task}-v3"
+    try:
+        env = make_env(f"metaworld/{task}", num_envs)
+    except (ValueError, RuntimeError) as error:
+        raise ConfigError(f"--expert {METAWORLD_EXPERT}{task}: {error}") from None
+
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        return env.expert_action()  # the workers hold each row's observation: the one ``obs`` is
+
+    metadata = {"source": "expert", "algorithm_name": f"Meta-World scripted policy ({task})"}
+    return env, act, metadata

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from robopt.core.protocols import VecEnv
 
-BACKENDS = ("auto", "gymnasium", "isaaclab", "mujoco", "mujoco_warp", "torch")
+BACKENDS = ("auto", "gymnasium", "isaaclab", "metaworld", "mujoco", "mujoco_warp", "torch")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ Ids:
         passed as ``robot=`` and ``task=``; ``robopt.envs.robot``); runs on backend ``mujoco`` or ``mujoco_warp``.
     ``Isaac-<Task>``: an Isaac Lab task (``Isaac-Cartpole-Direct``...); runs only on backend ``isaaclab``, in the
         Isaac venv (``make isaac``; robopt.envs.isaaclab_env).
+    ``metaworld/<task>-v3``: one of Meta-World's 50 tasks; runs only on backend ``metaworld``, in worker processes
+        of the Meta-World venv (``make metaworld``; robopt.envs.metaworld_env).
     Any Gymnasium id (``HalfCheetah-v5``, ``Pendulum-v1``...): backend ``gymnasium``.
 """
 
@@ -58,6 +60,12 @@ def resolve_backend(env_id: str, backend: str, device: str | torch.device, num_e
         if backend not in ("auto", "isaaclab"):
             raise ValueError(f"{env_id} is an Isaac Lab task; allowed backends: auto, isaaclab (not {backend!r})")
         return "isaaclab"
+    if env_id.startswith("metaworld/"):
+        if backend not in ("auto", "metaworld"):
+            raise ValueError(f"{env_id} is a Meta-World task; allowed backends: auto, metaworld (not {backend!r})")
+        return "metaworld"
+    if backend == "metaworld":
+        raise ValueError(f"backend 'metaworld' runs Meta-World task ids (metaworld/<task>-v3), not {env_id!r}")
     if backend == "isaaclab":
         raise ValueError(f"backend 'isaaclab' runs Isaac Lab task ids (Isaac-<Task>), not {env_id!r}")
     if not env_id.startswith("mujoco/"):
@@ -106,6 +114,10 @@ def make_env(env_id: str, num_envs: int, backend: str = "auto", device: str | to
         from robopt.envs.isaaclab_env import IsaacLabVecEnv
 
         return IsaacLabVecEnv(env_id, num_envs, device=device, **kwargs)
+    if backend == "metaworld":
+        from robopt.envs.metaworld_env import MetaWorldVecEnv
+
+        return MetaWorldVecEnv(env_id, num_envs, device=device, **kwargs)
     if env_id.startswith("mujoco/"):
         task = NATIVE_TASKS[env_id]
         if backend == "gymnasium":
