@@ -230,8 +230,10 @@ def collect(
     seed: int = typer.Option(0, "--seed", help="env reset and action noise seed"),
     envs: int | None = typer.Option(None, "--envs", help="parallel envs (default min(episodes, 16))"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no live progress bar"),
+    fmt: str = typer.Option("minari", "--format", help="minari (an id under --root) or lerobot (--out is a folder)"),
+    fps: float | None = typer.Option(None, "--fps", help="a LeRobot dataset's frame rate (default: the env's)"),
 ) -> None:
-    """Record demonstrations of a trained run (or a scripted expert) as a Minari dataset."""
+    """Record demonstrations of a trained run (or a scripted expert) as a Minari or LeRobot dataset."""
     from robopt.commands.collect import collect as collect_demonstrations
 
     if episodes is None:
@@ -250,6 +252,8 @@ def collect(
             seed=seed,
             num_envs=envs,
             progress=not no_progress,
+            fmt=fmt,
+            fps=fps,
         )
     except ConfigError as error:
         _fail(str(error))

@@ -29,6 +29,7 @@ from robopt.experiment import load_run_config
 from robopt.options import ConfigError
 
 MAX_DEFAULT_ENVS = 16
+FORMATS = ("minari", "lerobot")
 METAWORLD_EXPERT = "metaworld:"  # --expert metaworld:<task>: the task's policy in metaworld.policies
 
 
@@ -60,8 +61,12 @@ def collect(
     seed: int = 0,
     num_envs: int | None = None,
     progress: bool = True,
+    fmt: str = "minari",
+    fps: float | None = None,
 ) -> CollectResult:
-    """Record ``episodes`` episodes of a run's policy (``run_dir``) or of a scripted ``expert`` into ``out``."""
+    """Record ``episodes`` episodes of a run's policy (``run_dir``) or of a scripted ``expert`` into ``out``: a
+    Minari dataset id under ``root`` (``fmt="minari"``), or a LeRobot dataset folder (``fmt="lerobot"``, ``out`` its
+    path; ``fps`` the env's control rate unless given)."""
     if (run_dir is None) == (expert is None):
         raise ConfigError("give either RUN_DIR (a trained run) or --expert ENV_ID, not both or neither")
     if episodes < 1:
@@ -71,9 +76,16 @@ def collect(
     num_envs = min(episodes, MAX_DEFAULT_ENVS) if num_envs is None else num_envs
     if num_envs < 1:
         raise ConfigError(f"--envs must be at least 1, got {num_envs}")
-    dataset_id = normalize_dataset_id(out)
-    check_can_write(dataset_id, root, force)
-    require_minari()
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown --format {fmt!r}; allowed: {', '.join(FORMATS)}")
+    if fps is not None and not fps > 0:
+        raise ConfigError(f"--fps must be positive, got {fps}")
+    if fmt == "minari":
+        dataset_id = normalize_dataset_id(out)
+        check_can_write(dataset_id, root, force)
+        require_minari()
+    elif Path(out).expanduser().exists() and not force:
+        raise ConfigError(f"{out!r} already exists; pass --force to replace it")
     horizon = 1
     if run_dir is not None:
         env, act_fn, metadata, horizon = _from_run(Path(run_dir), num_envs)
@@ -87,18 +99,21 @@ def collect(
         successes = [e.success for e in recorded]
         if all(value is not None for value in successes):
             metadata["episode_success"] = successes  # per episode, in the dataset's order
-        path = write_dataset(
-            dataset_id,
-            recorded,
-            env.env_id,
-            env.obs_dim,
-            env.action_dim,
-            env.action_low,
-            env.action_high,
-            root=root,
-            force=force,
-            metadata=metadata,
-        )
+        if fmt == "lerobot":
+            path = _write_lerobot(Path(out).expanduser(), recorded, env, fps, metadata, force)
+        else:
+            path = write_dataset(
+                dataset_id,
+                recorded,
+                env.env_id,
+                env.obs_dim,
+                env.action_dim,
+                env.action_low,
+                env.action_high,
+                root=root,
+                force=force,
+                metadata=metadata,
+            )
     finally:
         env.close()
     returns = np.array([e.episode_return for e in recorded])
@@ -181,3 +196,15 @@ def _metaworld_expert(task: str, num_envs: int) -> tuple[object, Callable, dict]
 
     metadata = {"source": "expert", "algorithm_name": f"Meta-World scripted policy ({task})"}
     return env, act, metadata
+
+
+def _write_lerobot(path: Path, recorded, env, fps: float | None, metadata: dict, force: bool) -> Path:
+    """The episodes as a LeRobot dataset at ``path``, at ``fps`` or the env's control rate (1 / ``env.dt``)."""
+    from robopt.data.lerobot_format import write_lerobot
+
+    if fps is None:
+        dt = getattr(env, "dt", None)
+        if dt is None:
+            raise ConfigError(f"{env.env_id} does not say its control period: give the dataset's rate with --fps")
+        fps = 1.0 / float(dt)
+    return write_lerobot(path, recorded, env.env_id, fps, task=env.env_id, metadata=metadata, force=force)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from robopt.data.lerobot_format import is_lerobot_dataset, read_lerobot
 from robopt.data.recording import Episode
 from robopt.options import ConfigError
 
@@ -112,11 +113,18 @@ def first_line(error: BaseException) -> str:
 
 
 def read_episodes(dataset: str | Path, root: str | Path | None = None) -> tuple[list[Episode], DatasetInfo]:
-    """The episodes of a dataset (a Minari id under the root, or a dataset directory) and what it says about itself."""
+    """The episodes of a dataset (a Minari id under the root, or a Minari or LeRobot dataset directory) and what it
+    says about itself."""
     path = _resolve_for_reading(dataset, root)
+    if is_lerobot_dataset(path):
+        episodes, env_id, metadata = read_lerobot(path)
+        return episodes, DatasetInfo(path, path.name, env_id, metadata)
     data_dir = path / "data" if (path / "data").is_dir() else path
     if not (data_dir / METADATA_FILE).is_file():
-        raise ConfigError(f"{str(path)!r} is not a Minari dataset (expected data/{METADATA_FILE} and the episode file)")
+        raise ConfigError(
+            f"{str(path)!r} is neither a Minari dataset (data/{METADATA_FILE} and the episode file) nor a LeRobot "
+            "dataset (meta/info.json and data/ parquet files)"
+        )
     minari = require_minari()
     try:
         with warnings.catch_warnings():
@@ -154,7 +162,9 @@ def _resolve_for_reading(dataset: str | Path, root: str | Path | None) -> Path:
             )
     path = Path(dataset).expanduser()
     if not path.is_dir():
-        raise ConfigError(f"dataset {name!r} not found: no directory at {str(path)!r} (expected a Minari dataset)")
+        raise ConfigError(
+            f"dataset {name!r} not found: no directory at {str(path)!r} (expected a Minari or LeRobot dataset)"
+        )
     return path
 
 

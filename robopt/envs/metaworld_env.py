@@ -132,7 +132,7 @@ class MetaWorldVecEnv:
         replies = [self._receive(process) for process, _ in self._workers]
         header, (low, high) = replies[0]
         self.obs_dim, self.action_dim = header["obs_dim"], header["action_dim"]
-        self.max_episode_steps = header["max_episode_steps"]
+        self.max_episode_steps, self.dt = header["max_episode_steps"], header["dt"]  # dt: the control period, s
         self.action_low = torch.as_tensor(low, device=self.device)
         self.action_high = torch.as_tensor(high, device=self.device)
 

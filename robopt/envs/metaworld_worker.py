@@ -7,8 +7,8 @@ numpy, so robopt's side imports the message codec from here; Meta-World is impor
 
 Messages are frames: a 4-byte little-endian length, a JSON header, then the raw bytes of the arrays the header lists
 (``arrays``: ``[dtype, shape]`` each). Requests (``cmd``) and replies:
-    ``init``   {task, seeds, benchmark_seed, reward, terminate_on_success} -> {obs_dim, action_dim, max_episode_steps},
-               arrays (action_low [A], action_high [A])
+    ``init``   {task, seeds, benchmark_seed, reward, terminate_on_success}
+               -> {obs_dim, action_dim, max_episode_steps, dt}, arrays (action_low [A], action_high [A])
     ``reset``  {seeds: a seed per row or null} -> obs [n, D] float32
     ``step``   action [n, A] float32 -> obs, final_obs [n, D] float32, reward [n] float64, terminated, truncated,
                success [n] bool (the episode succeeded at some step so far; at its end, the episode's success)
@@ -89,6 +89,7 @@ class Rows:
             "obs_dim": int(np.prod(env.observation_space.shape)),
             "action_dim": int(np.prod(env.action_space.shape)),
             "max_episode_steps": int(env.max_path_length),
+            "dt": float(env.dt),
         }
         return header, (env.action_space.low.astype(np.float32), env.action_space.high.astype(np.float32))
 

@@ -249,3 +249,36 @@ def test_resuming_a_finished_bc_run_trains_no_further(tmp_path, dataset_root):
     assert again.iterations == before["iteration"]
     after = load_checkpoint(result.run_dir / LAST_CHECKPOINT)["loop"]["policy"]
     assert all(torch.equal(after[key], value) for key, value in before["policy"].items())
+
+
+def test_a_lerobot_copy_of_expert_episodes_clones_the_same_diffusion_policy_as_the_minari_copy(tmp_path):
+    """robopt collect writes MultiGoal's scripted expert, same seed, once as Minari and once as LeRobot; the diffusion
+    policy robopt pretrain clones from each is the same (same transitions, same kernels and shapes: bit-equal)."""
+    from robopt.commands.collect import collect
+    from robopt.evaluation import load_policy
+
+    minari = collect("multigoal/expert", 12, expert="robopt/MultiGoal", root=tmp_path / "minari", progress=False)
+    lerobot = collect(str(tmp_path / "lerobot"), 12, expert="robopt/MultiGoal", progress=False, fmt="lerobot")
+    assert minari.transitions == lerobot.transitions and minari.mean_return == lerobot.mean_return
+    weights = []
+    for name, dataset in (("minari", "multigoal/expert-v0"), ("lerobot", str(lerobot.path))):
+        config = build_dataclass(
+            ExperimentConfig,
+            {
+                "name": f"bc_{name}",
+                "env": {"id": "robopt/MultiGoal", "num_envs": 4},
+                "policy": {
+                    "name": "diffusion",
+                    "hidden": [32, 32],
+                    "horizon": 2,
+                    "denoising_steps": 4,
+                    "ft_steps": 2,
+                    "ddim_steps": 2,
+                },
+                "algo": {"name": "bc", "dataset": dataset, "dataset_root": str(tmp_path / "minari"), "epochs": 3},
+                "log": {"run_root": str(tmp_path / "runs"), "progress": False, "eval_episodes": 0},
+            },
+        )
+        weights.append(load_policy(train(config).run_dir)[1].state_dict())
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][key], weights[1][key]) for key in weights[0])

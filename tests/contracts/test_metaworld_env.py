@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,3 +164,14 @@ def test_without_the_venv_the_error_says_how_to_build_it(monkeypatch, tmp_path):
     monkeypatch.setenv("ROBOPT_METAWORLD_PYTHON", sys.executable)  # robopt's own Python: no Meta-World in it
     with pytest.raises(ValueError, match="No module named 'metaworld'.*run `make metaworld`"):
         make_env("metaworld/reach-v3", 1)
+
+
+def test_the_cli_refuses_an_unknown_task_in_one_line_with_exit_code_2(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "robopt", "train", "configs/dppo_metaworld.yaml", "env.id=metaworld/pick-cube-v3",
+         f"log.run_root={tmp_path}"],
+        capture_output=True, text=True, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "unknown Meta-World task 'pick-cube-v3'; the 50 tasks" in line and "Traceback" not in done.stderr
