@@ -88,6 +88,50 @@ def row(task: str, method: str, seed: str, rate: float, episodes: int, steps: in
     )
 
 
+# Meta-World's own env in its venv, one process: random actions, resets at its time limit (the peer's steps/s)
+PEER_LOOP = """
+import sys, time, warnings
+import numpy as np, gymnasium as gym, metaworld
+warnings.filterwarnings("ignore")
+env = gym.make("Meta-World/MT1", env_name=sys.argv[1], seed=0)
+env.reset(seed=0)
+actions = np.random.default_rng(0).uniform(-1, 1, size=(int(sys.argv[2]), 4)).astype(np.float32)
+start = time.perf_counter()
+for action in actions:
+    _, _, terminated, truncated, _ = env.step(action)
+    if terminated or truncated:
+        env.reset()
+print(len(actions) / (time.perf_counter() - start))
+"""
+
+
+def throughput(task: str, rows: int, steps: int) -> None:
+    """Env steps/s of robopt's rows (1 and 2 workers, random actions) and of Meta-World's own env in one process."""
+    import subprocess
+
+    import torch
+
+    from robopt.envs import make_env
+    from robopt.envs.metaworld_env import metaworld_python
+
+    peer = subprocess.run([metaworld_python(), "-c", PEER_LOOP, task, str(steps)], capture_output=True, text=True)
+    peer_rate = float(peer.stdout.strip().splitlines()[-1])
+    print(f"throughput {task}: Meta-World's own env, one process: {peer_rate:.0f} env steps/s")
+    generator = torch.Generator().manual_seed(0)
+    for workers in (1, 2):
+        env = make_env(f"metaworld/{task}", rows, workers=workers)
+        try:
+            env.reset(seed=0)
+            start = time.perf_counter()
+            for _ in range(max(1, steps // rows)):
+                env.step(torch.rand(rows, 4, generator=generator) * 2 - 1)
+            rate = max(1, steps // rows) * rows / (time.perf_counter() - start)
+        finally:
+            env.close()
+        print(f"throughput {task}: robopt, {rows} rows in {workers} worker(s): {rate:.0f} env steps/s "
+              f"({rate / peer_rate:.2f}x)")  # fmt: skip
+
+
 def run_task(task: str, seed: int, args, root: Path, runs: Path) -> list[tuple]:
     """(method, rate, episodes, env steps, seconds) of each method on one task and seed; rows printed as they come."""
     results = []
@@ -128,11 +172,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300_000, help="fine-tuning env steps")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     parser.add_argument("--finetune", nargs="*", default=list(FINETUNE), choices=list(FINETUNE))
+    parser.add_argument("--throughput-steps", type=int, default=4000, help="env steps of the throughput check")
     parser.add_argument("--smoke", action="store_true", help="smallest arguments: a test that the script runs")
     args = parser.parse_args()
     args.bc_overrides, args.ft_overrides = [], []
     if args.smoke:
         args.tasks, args.seeds, args.demos, args.episodes, args.steps = ["reach"], [0], 2, 4, 160
+        args.throughput_steps = 64
         args.bc_overrides = ["algo.epochs=2", "env.num_envs=4"]
         args.ft_overrides = ["env.num_envs=4", "rollout.num_steps=10", "critic_warmup=0", "algo.minibatch_size=20"]
     tasks = [task if task.endswith("-v3") else f"{task}-v3" for task in args.tasks]
@@ -141,6 +187,7 @@ def main() -> None:
         parser.error(f"unknown Meta-World task(s) {', '.join(unknown)}; the 50: {', '.join(sorted(TASKS))}")
     print(f"Meta-World: {len(tasks)} task(s), seeds {args.seeds}, {args.demos} demonstrations, {args.steps} "
           f"fine-tuning steps, {args.episodes} evaluation episodes; {os.cpu_count()} CPU cores")  # fmt: skip
+    throughput(tasks[0], 16, args.throughput_steps)
     header = f"{'task':<16} {'group':<9} {'method':<16} {'seed':>4} {'success':>7}  {'95% interval':<12} "
     print(header + f"{'episodes':>5} {'env steps':>9} {'wall s':>8}", flush=True)
     summary: dict[tuple[str, str], list[tuple]] = {}

@@ -111,7 +111,11 @@ SMOKES = {
     "legged_hil.py": Smoke((r"^exported, parity", r"^\| in process \| ", r"^\| ROS 2, 10 ms, 1% loss \| ")),
     "lora_vs_full.py": Smoke((r"^ +16 +1 +full +\d+", r"^ +16 +1 +LoRA r2 +\d+", r"^LoRA adapters: h16 l1 r2: ")),
     "metaworld.py": Smoke(
-        (rf"^reach-v3 +easy +expert +0 +{NUMBER}", rf"^reach-v3 +easy +dppo from bc +all +{NUMBER}"),
+        (
+            rf"^throughput reach-v3: robopt, 16 rows in 2 worker\(s\): {NUMBER} env steps/s",
+            rf"^reach-v3 +easy +expert +0 +{NUMBER}",
+            rf"^reach-v3 +easy +dppo from bc +all +{NUMBER}",
+        ),
         group="metaworld",
         unavailable=_metaworld_missing(),
     ),
