@@ -92,9 +92,8 @@ def test_bad_actions_raise_clear_errors(env, action, message):
 def test_unknown_ids_and_backends():
     with pytest.raises(ValueError, match="unknown Gymnasium env id 'Nope-v0'"):
         make_env("Nope-v0", 1)
-    with pytest.raises(
-        ValueError, match="unknown env backend 'cuda'; allowed: auto, gymnasium, isaaclab, mujoco, mujoco_warp"
-    ):
+    allowed = "auto, gymnasium, isaaclab, metaworld, mujoco, mujoco_warp"
+    with pytest.raises(ValueError, match=f"unknown env backend 'cuda'; allowed: {allowed}"):
         make_env("Pendulum-v1", 1, backend="cuda")
     with pytest.raises(ValueError, match="unknown native task 'mujoco/Nope'"):
         make_env("mujoco/Nope", 1)

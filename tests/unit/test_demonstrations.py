@@ -143,7 +143,7 @@ def test_missing_and_corrupted_datasets_are_one_line_errors(tmp_path):
         load_demonstrations("tests/toy", root=tmp_path)
     assert "\n" not in str(error.value) and str(path) in str(error.value)
     (path / "data" / "metadata.json").unlink()
-    with pytest.raises(ConfigError, match="is not a Minari dataset"):
+    with pytest.raises(ConfigError, match="is neither a Minari dataset .* nor a LeRobot dataset"):
         load_demonstrations(path)
 
 
