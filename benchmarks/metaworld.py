@@ -36,7 +36,7 @@ from finetune_common import CONFIGS, quiet_train  # noqa: E402
 
 from robopt.commands.collect import collect  # noqa: E402
 from robopt.envs.metaworld_env import TASKS  # noqa: E402
-from robopt.evaluation import evaluate_policy, evaluate_run  # noqa: E402
+from robopt.evaluation import ScriptedPolicy, evaluate_policy, evaluate_run  # noqa: E402
 
 DEFAULT_TASKS = ("drawer-open", "hammer", "sweep-into", "push", "pick-place", "stick-push")
 KINDS = ("gaussian", "flow", "diffusion")
@@ -53,22 +53,13 @@ def wilson(successes: int, episodes: int, z: float = 1.96) -> tuple[float, float
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-class Expert:
-    """The task's scripted policy where ``evaluate_policy`` expects a policy (it reads the workers' observations)."""
-
-    def __init__(self, env) -> None:
-        self.env = env
-
-    def act(self, obs, deterministic: bool = True):
-        return self.env.expert_action(), {}
-
-
 def expert_success(task: str, episodes: int, seed: int) -> float:
     from robopt.envs import make_env
 
     env = make_env(f"metaworld/{task}", episodes)
     try:
-        return evaluate_policy(Expert(env), env, episodes, 10_000 + seed).success_rate
+        expert = ScriptedPolicy(lambda obs: env.expert_action(), env)  # the workers hold each row's observation
+        return evaluate_policy(expert, env, episodes, 10_000 + seed).success_rate
     finally:
         env.close()
 

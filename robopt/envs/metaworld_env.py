@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from robopt.core.errors import NonFiniteError
 from robopt.envs.episode_stats import EpisodeTracker
 from robopt.envs.metaworld_worker import REWARDS, read_message, write_message
 
@@ -185,8 +186,6 @@ class MetaWorldVecEnv:
         replies = self._ask([({"cmd": "step"}, (action_np[start:stop],)) for start, stop in self._blocks])
         obs, final_obs, reward, terminated, truncated, success = (np.concatenate(part) for part in zip(*replies))
         if not np.isfinite(reward).all():
-            from robopt.core.errors import NonFiniteError
-
             raise NonFiniteError(f"non-finite reward from env {self.env_id}")
         done = terminated | truncated
         episode_return, episode_length = self._tracker.update(reward, done)
