@@ -103,7 +103,7 @@ class NativeVecEnv:
         self._custom = torch.zeros(self.num_envs, dtype=torch.bool)  # rows with non-nominal base params
         self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)  # [N]
         self._tracker = EpisodeTracker(self.num_envs, self.device)
-        self._obs, self._position = self._reset_rows(torch.arange(self.num_envs))  # [N, D], [N, P]
+        self._obs, self._position = self._reset_rows(torch.arange(self.num_envs), ended=False)  # [N, D], [N, P]
         self.obs_dim = self._obs.shape[1]
         self._reports_success = bool(getattr(task, "reports_success", False))
         self._goal_task = hasattr(task, "achieved_goal")
@@ -118,7 +118,7 @@ class NativeVecEnv:
             self._randomizer.seed_steps(self._generator)
             if self._context:
                 self.task.seed_steps(self._generator)
-        self._obs, self._position = self._reset_rows(torch.arange(self.num_envs))
+        self._obs, self._position = self._reset_rows(torch.arange(self.num_envs), ended=False)
         self._elapsed.zero_()
         self._tracker.reset()
         return self._obs.clone()
@@ -224,8 +224,9 @@ class NativeVecEnv:
         """Base parameter values per row (``body_mass`` [N, Bd], ...), float64 CPU copies."""
         return {name: value.clone() for name, value in self._base_params.items()}
 
-    def _reset_rows(self, env_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _reset_rows(self, env_ids: torch.Tensor, ended: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Reset rows env_ids [M] (CPU long): parameters, then state; returns their obs [M, D] and position [M, P].
+        ``ended``: their episodes ended in a step (a task's curriculum reads them), not ``reset``.
 
         The tracked position is kept from here and from the end of each step (as Gymnasium reads it before
         ``do_simulation``), so ``step`` never re-reads state another row's reset may have refreshed.
@@ -233,6 +234,9 @@ class NativeVecEnv:
         if self.randomization.params_active or bool(self._custom[env_ids].any()):
             self.physics.set_params(env_ids, self._randomizer.draw_params(env_ids, self._base_params, self._generator))
         self._randomizer.reset_rows(env_ids, self._generator)
+        place = getattr(self.task, "place_rows", None)  # a task that puts rows somewhere (a terrain's tiles)
+        if place is not None:
+            place(env_ids, self.physics.state, ended, self._generator)
         qpos, qvel = self.task.reset_state(env_ids.numel(), self._generator)
         self.physics.set_state(env_ids, qpos, qvel)
         state = self.physics.state()

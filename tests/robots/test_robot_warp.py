@@ -22,11 +22,14 @@ from tests.robots.conftest import quadruped_sections  # noqa: E402
 pytestmark = pytest.mark.xdist_group("warp")  # one worker compiles warp's kernels into the cache for the others
 
 
-def _quiet_quadruped(backend: str, num_envs: int = 2, **kwargs):
+def _quiet_quadruped(backend: str, num_envs: int = 2, terrain: dict | None = None, **kwargs):
     robot, task = quadruped_sections()
     for entry in task["observations"].values():
         entry.pop("noise", None)
     task["reset"] = {}
+    if terrain is not None:  # on a generated terrain, with its height scan after the shipped observations
+        task["terrain"] = terrain
+        task["observations"]["height_scan"] = {"points": [5, 3]}
     return make_env("robot", num_envs, backend=backend, device="cpu", robot=robot, task=task, seed=0, **kwargs)
 
 
@@ -65,3 +68,22 @@ def test_graph_replay_equals_eager_stepping_for_a_robot() -> None:
         action = 0.3 * torch.randn(2, 12, generator=generator)
         for a, b in zip(eager.step(action)[:4], graph.step(action)[:4], strict=True):
             assert torch.equal(a, b)  # the same kernels replayed: bit equality
+
+
+def test_warp_stands_on_the_generated_terrain() -> None:
+    # the terrain (a heightfield and boxes in one static body) goes to warp unchanged: the rows start on the same
+    # tiles with the same height scan, and after 50 steps of standing the four feet of every row carry the robot's
+    # weight, on the rough heightfield and on the stairs alike
+    terrain = {"types": {"rough": 0.5, "stairs_up": 0.5}, "levels": 2, "columns": 2, "tile": 4.0, "border": 1.0,
+               "platform": 1.0}  # fmt: skip
+    warp_env, cpu_env = _quiet_quadruped("mujoco_warp", 4, terrain), _quiet_quadruped("mujoco", 4, terrain)
+    torch.testing.assert_close(warp_env.reset(seed=1), cpu_env.reset(seed=1), atol=2e-3, rtol=2e-3)
+    assert torch.equal(warp_env.task.terrain.level, cpu_env.task.terrain.level)
+    for _ in range(50):
+        obs, reward, terminated, _, _ = warp_env.step(torch.zeros(4, 12))
+    assert torch.isfinite(obs).all() and torch.isfinite(reward).all() and not terminated.any()
+    from robopt.envs.robot.signals import Signals
+
+    signals = Signals(warp_env.physics.state(), warp_env.task.robot, warp_env.task.context)
+    total = signals.feet_force.sum(1)
+    torch.testing.assert_close(total, torch.full_like(total, 127.5), atol=10.0, rtol=0)

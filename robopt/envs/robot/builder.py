@@ -28,6 +28,8 @@ from robopt.envs.robot.mjcf import compile_spec, load_spec, match_all, movable, 
 from robopt.envs.robot.model import GripperTables, RobotModel
 from robopt.envs.robot.scene import SceneConfig, add_scene, object_tables
 from robopt.envs.robot.sensors import Sensors, add_contact_groups, add_end_effector, add_feet, add_grasp, add_imu
+from robopt.envs.robot.terrain import BODY as TERRAIN_BODY
+from robopt.envs.robot.terrain import TerrainConfig, add_terrain
 
 _INTEGRATORS = {"euler": "mjINT_EULER", "implicit": "mjINT_IMPLICIT", "implicitfast": "mjINT_IMPLICITFAST",
                 "rk4": "mjINT_RK4"}  # fmt: skip
@@ -150,15 +152,18 @@ def _set_options(spec: mujoco.MjSpec, config: RobotConfig) -> None:
     spec.option.ls_iterations = sim.ls_iterations
 
 
-def _add_floor(spec: mujoco.MjSpec, model: mujoco.MjModel, config: RobotConfig) -> str:
-    """The floor geom's name: the description's own ground plane, a new infinite plane, or '' for none."""
+def _add_floor(spec: mujoco.MjSpec, model: mujoco.MjModel, config: RobotConfig, terrain: bool) -> str:
+    """The floor geom's name: the description's own ground plane, a new infinite plane, or '' for none (or for a
+    ``terrain``, which the caller adds: this adds its lights and sky)."""
     for geom in range(model.ngeom):
         if model.geom_bodyid[geom] == 0 and int(model.geom_type[geom]) == int(mujoco.mjtGeom.mjGEOM_PLANE):
             name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, geom)
             if not name:
                 raise ValueError("robot.mjcf: the description's ground plane has no name; name it for the terms")
+            if terrain:
+                raise ValueError(f"task.terrain: the description has its own ground plane {name!r}; remove it")
             return name
-    if config.floor.type == "none":
+    if config.floor.type == "none" and not terrain:
         return ""
     spec.add_texture(
         name="robopt_grid",
@@ -184,17 +189,17 @@ def _add_floor(spec: mujoco.MjSpec, model: mujoco.MjModel, config: RobotConfig) 
     )
     spec.visual.headlight.ambient = [0.35, 0.35, 0.35]
     spec.visual.headlight.diffuse = [0.55, 0.55, 0.55]
-    friction = [config.floor.friction, 0.005, 0.0001]
-    spec.worldbody.add_geom(
-        name="floor",
-        type=mujoco.mjtGeom.mjGEOM_PLANE,
-        size=[0, 0, 0.05],
-        friction=friction,
-        material="robopt_grid",
-        contype=1,
-        conaffinity=1,
-        condim=3,
-    )
+    if not terrain:
+        spec.worldbody.add_geom(
+            name="floor",
+            type=mujoco.mjtGeom.mjGEOM_PLANE,
+            size=[0, 0, 0.05],
+            friction=[config.floor.friction, 0.005, 0.0001],
+            material="robopt_grid",
+            contype=1,
+            conaffinity=1,
+            condim=3,
+        )
     spec.worldbody.add_light(
         name="robopt_light",
         pos=[0, 0, 4],
@@ -203,7 +208,7 @@ def _add_floor(spec: mujoco.MjSpec, model: mujoco.MjModel, config: RobotConfig) 
         castshadow=False,
         mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
     )
-    return "floor"
+    return "" if terrain else "floor"
 
 
 def _add_actuators(
@@ -287,14 +292,18 @@ def _camera(spec, model, base: int, floating: bool) -> None:
 
 
 def build_robot(
-    config: RobotConfig, contact_groups: dict | None = None, scene: SceneConfig | None = None
+    config: RobotConfig,
+    contact_groups: dict | None = None,
+    scene: SceneConfig | None = None,
+    terrain: TerrainConfig | None = None,
 ) -> RobotModel:
     """Compile the robot of ``config`` with what its task reads; ValueError (one line, naming the key) on bad input.
 
     ``contact_groups``: tuples of body regular expressions whose contacts terms count -> the config key that named
     them (for messages; ``robopt.envs.robot.terms.contact_groups``). The end effector's sensors are added when
     ``robot.end_effector`` names one (the terms that need it say so when it does not). ``scene`` (the task's): its
-    table and objects, and a contact sensor between each finger of ``robot.gripper`` and each object.
+    table and objects, and a contact sensor between each finger of ``robot.gripper`` and each object. ``terrain``
+    (the task's, when it names types): the generated terrain instead of the flat floor, for a floating base.
     """
     path = resolve_mjcf(config.mjcf)
     spec = load_spec(path)
@@ -327,11 +336,16 @@ def build_robot(
         table = _add_actuators(spec, model, config, joints, settings, qpos0, centres)
         action_type = config.action
     _set_options(spec, config)
-    floor = _add_floor(spec, model, config)
+    on_terrain = terrain is not None and bool(terrain.types)
+    if on_terrain and free_joint < 0:
+        raise ValueError("task.terrain needs a robot with a floating base (a free joint on robot.base)")
+    floor = _add_floor(spec, model, config, on_terrain)
+    terrain_tables = add_terrain(spec, terrain) if on_terrain else None
+    ground = {"reftype": mujoco.mjtObj.mjOBJ_BODY, "refname": TERRAIN_BODY} if on_terrain else floor
     sensors = Sensors(spec)
     if free_joint >= 0:
         add_imu(spec, model, config, base, sensors)
-    foot_names, foot_radius = add_feet(spec, model, config, floor, sensors)
+    foot_names, foot_radius = add_feet(spec, model, config, ground, sensors)
     add_contact_groups(spec, model, contact_groups or {}, foot_names, sensors)
     if config.end_effector:
         add_end_effector(spec, model, config, sensors)
@@ -366,6 +380,8 @@ def build_robot(
         object.__setattr__(robot, "gripper", gripper)
     if objects:
         object.__setattr__(robot, "objects", object_tables(compiled, objects, scene.table))
+    if terrain_tables is not None:
+        object.__setattr__(robot, "terrain", terrain_tables)
     return robot
 
 
@@ -436,7 +452,8 @@ def _standing_height(model: mujoco.MjModel, qpos: torch.Tensor, free_qpos: int, 
     data.qpos[:] = qpos.numpy()
     data.qpos[free_qpos + 2] = 0.0
     mujoco.mj_kinematics(model, data)
-    floor_like = [g for g in range(model.ngeom) if model.geom_bodyid[g] == 0]
+    terrain = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, TERRAIN_BODY)
+    floor_like = [g for g in range(model.ngeom) if model.geom_bodyid[g] in (0, terrain)]
     if foot_names:
         sites = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, f"robopt_foot_{i}") for i in range(len(foot_names))]
         geoms = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, name) for name in foot_names]

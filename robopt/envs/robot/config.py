@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from numbers import Real
 
 from robopt.config import ConfigError
+from robopt.envs.robot.command_curriculum import CommandCurriculumConfig
 from robopt.envs.robot.commands import parse_command
 from robopt.envs.robot.library import REGISTRY
 from robopt.envs.robot.scene import SceneConfig
 from robopt.envs.robot.terms import parse_terms
+from robopt.envs.robot.terrain import TerrainConfig
 from robopt.options import AT_LEAST_ONE, FINITE, NON_NEGATIVE, POSITIVE, option
 
 ROBOT_ENV_ID = "robot"
@@ -164,6 +166,12 @@ class TaskConfig:
         "the success reward and termination",
     )
     scene: SceneConfig = option(SceneConfig(), "a table and the objects on it (manipulation tasks)")
+    command_curriculum: CommandCurriculumConfig = option(
+        CommandCurriculumConfig(), "a velocity command's ranges widen from a share of their final size as it tracks"
+    )
+    terrain: TerrainConfig = option(
+        TerrainConfig(), "generated terrain for a legged robot: a grid of tiles by type and level, with a curriculum"
+    )
     expert: str = option(
         "",
         "the task's scripted expert (robopt collect --expert CONFIG): lift, place or push_t ('' = none)",

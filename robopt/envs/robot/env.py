@@ -17,8 +17,8 @@ ENV_OPTIONS = ("seed", "randomization", "max_episode_steps")
 
 def build_robot_model(robot: RobotConfig, task: TaskConfig) -> RobotModel:
     """The robot compiled with the sensors its task's terms declare they need (contacts on named bodies), and the
-    task's scene (table, objects)."""
-    return build_robot(robot, contact_groups(parse_task_terms(task)), task.scene)
+    task's scene (table, objects) and terrain."""
+    return build_robot(robot, contact_groups(parse_task_terms(task)), task.scene, task.terrain)
 
 
 def make_robot_env(

@@ -11,6 +11,7 @@ import mujoco
 import torch
 
 from robopt.envs.robot.scene import ObjectTables
+from robopt.envs.robot.terrain import TerrainTables
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class RobotModel:
     init_qpos: torch.Tensor = None  # [Q] float64: the default pose at the reset height
     gripper: GripperTables | None = None
     objects: ObjectTables | None = None  # the task's scene (robopt.envs.robot.scene)
+    terrain: TerrainTables | None = None  # the task's terrain (robopt.envs.robot.terrain)
 
     @property
     def num_feet(self) -> int:

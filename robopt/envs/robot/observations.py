@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from robopt.envs.robot.commands import POSE, VELOCITY
-from robopt.envs.robot.signals import Signals, quat_conjugate, quat_multiply, quat_rotate_inverse
+from robopt.envs.robot.signals import Signals, quat_conjugate, quat_multiply, quat_rotate, quat_rotate_inverse
 from robopt.envs.robot.terms import (
     END_EFFECTOR,
     FEET,
@@ -24,6 +24,7 @@ from robopt.envs.robot.terms import (
     named,
     term,
 )
+from robopt.options import FINITE, POSITIVE, Check
 
 JOINT_STATES = {"topic": "joint_states", "type": "sensor_msgs/JointState", "by_joint": True}
 IMU = {"topic": "imu", "type": "sensor_msgs/Imu"}
@@ -55,8 +56,47 @@ def projected_gravity(s: Signals) -> torch.Tensor:
 
 @term("observation", needs=(FLOATING,))
 def base_height(s: Signals) -> torch.Tensor:
-    """Height of the base above the floor [N, 1] (m); a privileged term (a robot rarely measures it)."""
+    """Height of the base above the ground under it [N, 1] (m); a privileged term (a robot rarely measures it)."""
     return s.base_height[:, None]
+
+
+GRID = Check(
+    "two integers >= 1 (points along x and y)",
+    lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(n, int) and n >= 1 for n in v),
+)
+
+
+@term("observation", needs=(FLOATING,), params={"points": GRID, "spacing": POSITIVE, "offset": FINITE})
+def height_scan(s: Signals, points: list = (17, 11), spacing: float = 0.1, offset: float = 0.0) -> torch.Tensor:
+    """The ground under a grid of points around the base, as the base sees it [N, points_x * points_y] (m): base
+    height minus the ground's height minus ``offset``, at ``points`` (x, y; legged_gym's 17 x 11 by default)
+    ``spacing`` apart, centred on the base and turned with its heading (yaw only), x-major. The ground is the
+    terrain (``task.terrain``; its heights as MuJoCo collides with them) or the flat floor at z = 0. A privileged
+    term: a teacher's or critic's input (a robot has no such sensor without a depth camera or lidar map).
+
+    One line when the grid has no points or is wider than a terrain tile."""
+    nx, ny = (int(n) for n in points)
+    if nx < 1 or ny < 1:
+        raise ValueError(f"height_scan: points={list(points)} has no points; give two integers >= 1")
+    terrain = s.robot.terrain
+    if terrain is not None and max(nx - 1, ny - 1) * spacing > terrain.config.tile:
+        raise ValueError(
+            f"height_scan: the grid ({(nx - 1) * spacing:.3g} x {(ny - 1) * spacing:.3g} m) is wider than a terrain "
+            f"tile ({terrain.config.tile:.3g} m)"
+        )
+    base = s.base_pos
+    x = (torch.arange(nx, device=base.device, dtype=base.dtype) - (nx - 1) / 2) * spacing
+    y = (torch.arange(ny, device=base.device, dtype=base.dtype) - (ny - 1) / 2) * spacing
+    grid = torch.stack(torch.meshgrid(x, y, indexing="ij"), dim=-1).reshape(-1, 2)  # [P, 2]
+    ahead = torch.zeros_like(base)
+    ahead[:, 0] = 1.0
+    forward = quat_rotate(s.base_quat, ahead)  # [N, 3] the base's x axis in the world
+    heading = torch.nn.functional.normalize(forward[:, :2], dim=1, eps=1e-9)  # [N, 2] (cos, sin) of the yaw
+    cos, sin = heading[:, None, 0], heading[:, None, 1]
+    world_x = base[:, None, 0] + cos * grid[:, 0] - sin * grid[:, 1]
+    world_y = base[:, None, 1] + sin * grid[:, 0] + cos * grid[:, 1]
+    world = torch.stack([world_x, world_y], dim=-1)  # [N, P, 2]
+    return base[:, None, 2] - s.terrain_height(world) - offset
 
 
 @term("observation", elements=joint_names, deploy=Deploy(**JOINT_STATES, field="position", offset="default_pose"))

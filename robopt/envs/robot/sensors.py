@@ -70,8 +70,9 @@ def add_imu(spec, model, config: RobotConfig, base: int, sensors: Sensors) -> No
     sensors.add("imu_linvel", "mjSENS_VELOCIMETER", site_type, site)
 
 
-def add_feet(spec, model, config: RobotConfig, floor: str, sensors: Sensors) -> tuple[list[str], list[float]]:
-    """A site, world position and velocity and a contact (found, net force) per foot geom or body."""
+def add_feet(spec, model, config: RobotConfig, floor, sensors: Sensors) -> tuple[list[str], list[float]]:
+    """A site, world position and velocity and a contact (found, net force) per foot geom or body; with ``floor``
+    (the ground geom's name, or a sensor reference: {reftype, refname}) only the contacts with the ground."""
     if not config.feet:
         return [], []
     geoms = names_of(model, mujoco.mjtObj.mjOBJ_GEOM, model.ngeom)
@@ -103,7 +104,7 @@ def add_feet(spec, model, config: RobotConfig, floor: str, sensors: Sensors) -> 
         sensors.add("feet_pos", "mjSENS_FRAMEPOS", mujoco.mjtObj.mjOBJ_SITE, site)
     for site in sites:
         sensors.add("feet_vel", "mjSENS_FRAMELINVEL", mujoco.mjtObj.mjOBJ_SITE, site)
-    ref = {"reftype": mujoco.mjtObj.mjOBJ_GEOM, "refname": floor} if floor else {}
+    ref = floor if isinstance(floor, dict) else {"reftype": mujoco.mjtObj.mjOBJ_GEOM, "refname": floor} if floor else {}
     for name, objtype in zip(names, kinds, strict=True):
         sensors.add(
             "feet_contact",

@@ -139,8 +139,17 @@ class Signals:
 
     @cached_property
     def base_height(self) -> torch.Tensor:
-        """Height of a floating base's origin above z = 0 [N] (the floor)."""
-        return self.base_pos[:, 2]
+        """Height of a floating base's origin above the ground [N]: above z = 0 (the floor), or above the terrain
+        under it."""
+        if self.robot.terrain is None:
+            return self.base_pos[:, 2]
+        return self.base_pos[:, 2] - self.robot.terrain.height(self.base_pos[:, :2])
+
+    def terrain_height(self, xy: torch.Tensor) -> torch.Tensor:
+        """The ground's height [...] under world points xy [..., 2]: the terrain's, or 0 on the flat floor."""
+        if self.robot.terrain is None:
+            return xy.new_zeros(xy.shape[:-1])
+        return self.robot.terrain.height(xy)
 
     # -- joints ----------------------------------------------------------------------------------------------------
     @cached_property
@@ -176,8 +185,12 @@ class Signals:
 
     @cached_property
     def feet_height(self) -> torch.Tensor:
-        """Lowest point of each foot above the floor [N, F] (m): centre height minus the foot's radius."""
-        return self.feet_pos[..., 2] - self.robot.foot_radius.to(self.feet_pos)
+        """Lowest point of each foot above the ground under it [N, F] (m): centre height minus the foot's radius
+        (minus the terrain's height there, on a terrain)."""
+        height = self.feet_pos[..., 2] - self.robot.foot_radius.to(self.feet_pos)
+        if self.robot.terrain is None:
+            return height
+        return height - self.robot.terrain.height(self.feet_pos[..., :2])
 
     @cached_property
     def feet_vel(self) -> torch.Tensor:

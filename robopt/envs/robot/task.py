@@ -24,12 +24,14 @@ import numpy as np
 import torch
 
 from robopt.envs.render import CameraView
+from robopt.envs.robot.command_curriculum import CommandCurriculum
 from robopt.envs.robot.commands import Command, parse_command
 from robopt.envs.robot.config import TaskConfig, parse_task_terms
 from robopt.envs.robot.model import RobotModel
 from robopt.envs.robot.scene import table_view
 from robopt.envs.robot.signals import Context, Signals, quat_multiply, yaw_quat
 from robopt.envs.robot.terms import Term
+from robopt.envs.robot.terrain_rows import TerrainRows
 from robopt.envs.tasks.base import uniform as draw_uniform
 
 FIELDS = ("qpos", "qvel", "sensordata", "actuator_force")
@@ -67,6 +69,10 @@ class TermTask:
             self.action_bounds = (self.action_low, self.action_high)
             self.action_to_ctrl = self._delta_ctrl
         self.step_generator = torch.Generator(device=self.device)
+        # each row's tile on a generated terrain, and the curriculum (robopt.envs.robot.terrain_rows)
+        self.terrain = TerrainRows(robot.terrain, num_envs, config.episode_s) if robot.terrain is not None else None
+        self._placed: tuple[torch.Tensor, torch.Tensor] | None = None  # tile centres and heights of the next reset
+        self.command_curriculum = self._command_curriculum()
         self._robot_tensors()
         self.context: Context | None = None  # built by ``bind`` once a first state is known
         self._log: dict[str, torch.Tensor] = {}
@@ -84,6 +90,18 @@ class TermTask:
             raise ValueError("task.observations is empty: list the policy's observation terms")
         if not self.reward_terms:
             raise ValueError("task.rewards is empty: list the reward terms with their weights")
+
+    def _command_curriculum(self) -> CommandCurriculum | None:
+        curriculum = self.config.command_curriculum
+        if not curriculum.reward:
+            return None
+        names = [entry.name for entry in self.reward_terms]
+        if curriculum.reward not in names:
+            raise ValueError(
+                f"task.command_curriculum.reward: {curriculum.reward!r} is not a term of task.rewards "
+                f"({', '.join(names)})"
+            )
+        return CommandCurriculum(curriculum, self.command, self.num_envs, self.max_episode_steps, self.device)
 
     @property
     def success(self) -> torch.Tensor:
@@ -153,6 +171,8 @@ class TermTask:
         if robot.objects is not None:
             for name in ("pos_index", "quat_index", "lin_index", "ang_index"):
                 object.__setattr__(robot.objects, name, getattr(robot.objects, name).to(self.device))
+        if robot.terrain is not None:
+            object.__setattr__(robot, "terrain", robot.terrain.to(self.device, self.dtype))
 
     def bind(self, state: dict[str, torch.Tensor]) -> None:
         """Build the context and the stateful terms from a first state; every term is run once, so a hook that fails
@@ -250,10 +270,17 @@ class TermTask:
         signals.terminated = terminated
         total = torch.zeros(self.num_envs, device=self.device, dtype=self.dtype)
         scale = self.dt if self.config.rewards_per_second else 1.0
+        curriculum = self.command_curriculum
         for entry, value in self._values("rewards", signals):
+            if curriculum is not None and entry.name == curriculum.config.reward:
+                curriculum.add(value)
             value = entry.weight * scale * value
             total = total + value
             log[f"reward/{entry.name}"] = value.mean()
+        if self.terrain is not None:
+            log.update(self.terrain.log())
+        if curriculum is not None:
+            log["command_scale"] = curriculum.scale
         if self.command is not None and "velocity" in self.command.provides:
             log["error/lin_vel_xy"] = (signals.command[:, :2] - signals.base_lin_vel[:, :2]).norm(dim=1).mean()
             log["error/ang_vel_z"] = (signals.command[:, 2] - signals.base_ang_vel[:, 2]).abs().mean()
@@ -288,7 +315,33 @@ class TermTask:
                 qpos[:, adr + 3 : adr + 7] = quat_multiply(yaw_quat(yaw), qpos[:, adr + 3 : adr + 7])
             if spread.get("base_velocity", 0) > 0:
                 qvel[:, dof : dof + 6] = uniform(-spread["base_velocity"], spread["base_velocity"], num, 6)
+            if self._placed is not None:  # on the terrain: each row's tile, at its platform's height
+                rows, (centres, heights) = self._placed
+                qpos[:, adr : adr + 2] += centres
+                qpos[:, adr + 2] += heights
+                self.terrain.started_at(rows, qpos[:, adr : adr + 2])
+                self._placed = None
         return qpos, qvel
+
+    def place_rows(self, rows: torch.Tensor, state: Callable[[], dict], ended: bool, generator) -> None:
+        """Before ``reset_state`` of ``rows`` [M] (CPU long): the curricula see the episodes that ``ended`` (the
+        command's ranges; on a terrain, their levels, from ``state()``, the simulator's state before the reset), and
+        on a terrain the next ``reset_state`` puts the rows on their tiles."""
+        if self.command_curriculum is not None:
+            (self.command_curriculum.ended if ended else self.command_curriculum.restarted)(rows)
+        if self.terrain is None:
+            return
+        if ended:
+            adr = self.robot.free_qpos
+            base_xy = state()["qpos"][rows.to(self.device), adr : adr + 2].cpu()
+            command = self.context.command if self.context is not None else None
+            if command is not None and self.command is not None and "velocity" in self.command.provides:
+                speed = command[rows.to(self.device), :2].norm(dim=1).cpu()
+            else:
+                speed = torch.zeros(rows.numel(), dtype=torch.float64)
+        else:
+            base_xy, speed = torch.zeros(rows.numel(), 2, dtype=torch.float64), torch.zeros(rows.numel())
+        self._placed = (rows, self.terrain.place(rows, base_xy, speed, ended, generator))
 
     # -- the ContextTask hooks -------------------------------------------------------------------------------------
     def seed_steps(self, generator: torch.Generator) -> None:
@@ -363,6 +416,8 @@ class TermTask:
             "terms": terms,
             "success": {"held": self.success_held.cpu().clone()},
             "step_generator": self.step_generator.get_state(),
+            "terrain": self.terrain.state_dict() if self.terrain is not None else None,
+            "command_curriculum": self.command_curriculum.state_dict() if self.command_curriculum is not None else None,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -386,6 +441,16 @@ class TermTask:
         if "success" in state:
             self.success_held.copy_(state["success"]["held"])
         self.step_generator.set_state(state["step_generator"])
+        if self.terrain is not None:
+            if state.get("terrain") is None:
+                raise ValueError("this checkpoint was saved without task.terrain; resume it with the same task section")
+            self.terrain.load_state_dict(state["terrain"])
+        if self.command_curriculum is not None:
+            if state.get("command_curriculum") is None:
+                raise ValueError(
+                    "this checkpoint was saved without task.command_curriculum; resume it with the same task section"
+                )
+            self.command_curriculum.load_state_dict(state["command_curriculum"])
 
 
 def _instance(entry: Term, signals: Signals, section: str) -> Callable:
