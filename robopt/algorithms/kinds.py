@@ -51,6 +51,11 @@ def on_policy(make: Callable) -> Callable:
         adds_loss_terms = "loss_terms" in inspect.signature(make).parameters  # PPO's update does, TRPO's does not
         hooks, loss_terms = on_policy_variant(config, env, adds_loss_terms)
         algorithm = make(config.algo, policy, critic, **({} if loss_terms is None else {"loss_terms": loss_terms}))
+        symmetry = getattr(config.algo, "symmetry", None)
+        if symmetry is not None and symmetry.enabled:  # PPO's (and its variants'): mirrored transitions
+            if not hasattr(algorithm, "use_symmetry"):
+                raise ConfigError(f"algo.symmetry: {type(algorithm).__name__} does not take symmetry (PPO does)")
+            algorithm.use_symmetry(env, config.critic.privileged)
         frozen_statistics = bool(config.init_from) and config.init_normalizer == "frozen"
         return OnPolicyLoop(
             env,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from robopt.algorithms.symmetry import Symmetry, SymmetryConfig
 from robopt.buffers.rollout import RolloutBatch, critic_value
 from robopt.core.advantages import normalize_advantage
 from robopt.core.compiled import CompiledFirstOrderStep, compile_unavailable_reason
@@ -67,6 +68,9 @@ class PPOConfig:
         "after the epochs, one no-grad pass over the whole batch for the batch_* metrics (approx KL, clip "
         "fraction of the updated policy); kl_penalty_adaptive needs it; false saves a forward pass (language models)",
     )
+    symmetry: SymmetryConfig = option(
+        SymmetryConfig(), "left-right symmetry: mirrored transitions and/or a mirror loss (needs robot.mirror)"
+    )
     compile: bool = option(
         False,
         "torch.compile each minibatch step (loss, gradient, clip, Adam) into one graph: about 2x faster "
@@ -82,6 +86,8 @@ class PPOConfig:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
         if not self.drift_metrics and self.ratio.name == "kl_penalty_adaptive":
             raise ValueError("ratio.name=kl_penalty_adaptive adapts to the after-update KL: set drift_metrics=true")
+        if self.compile and self.symmetry.enabled:
+            raise ValueError("compile=true does not support symmetry (its mirrored rows); use compile=false")
         if self.compile and self.ratio.name == "kl_penalty_adaptive":
             raise ValueError(
                 "compile=true does not support ratio.name=kl_penalty_adaptive (its coefficient changes every "
@@ -226,6 +232,7 @@ class PPO:
         self.control = config.ratio  # adapted between updates (kl_penalty_adaptive); saved in state_dict
         self.compiled_step = None
         self.collective = LOCAL
+        self.symmetry: Symmetry | None = None  # use_symmetry
         if config.compile and memory_width(policy) > 0:
             raise ConfigError(
                 "algo.compile=true does not support a recurrent policy (its sequence loop); set algo.compile=false"
@@ -237,13 +244,22 @@ class PPO:
             objective = PPOObjective(policy, critic, config, loss_terms)
             self.compiled_step = CompiledFirstOrderStep(self.updater, objective)
 
+    def use_symmetry(self, env, privileged: bool) -> None:
+        """``algo.symmetry``: mirror the env's transitions (``robopt.algorithms.symmetry``); one line if it cannot."""
+        if memory_width(self.policy) > 0:
+            raise ConfigError("algo.symmetry does not mirror a recurrent policy yet")
+        self.symmetry = Symmetry(self.config.symmetry, env, self.policy, privileged)
+
     def update(self, batch: RolloutBatch, progress: float) -> dict[str, torch.Tensor]:
         config, adaptive = self.config, self.adaptive
         learning_rate = self.learning_rate if adaptive else self.schedule(progress)
         self.updater.set_lr(learning_rate)
+        minibatch_size = config.minibatch_size
+        if self.symmetry is not None and config.symmetry.augment:  # the batch and its mirror image, minibatches x 2
+            batch, minibatch_size = self.symmetry.augment(batch, self.policy), 2 * minibatch_size
 
         def epoch_steps(with_metrics: bool):
-            for minibatch in self._epoch_minibatches(batch):
+            for minibatch in self._epoch_minibatches(batch, minibatch_size):
                 if self.compiled_step is not None:
                     metrics = self._compiled_step(minibatch)
                 else:
@@ -269,8 +285,18 @@ class PPO:
         }
 
     def loss(self, minibatch: RolloutBatch, with_metrics: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``ppo_loss`` of the current policy, critic, ratio control and loss terms on ``minibatch``."""
-        return ppo_loss(self.policy, self.critic, minibatch, self.config, self.control, with_metrics, self.loss_terms)
+        """``ppo_loss`` of the current policy, critic, ratio control and loss terms on ``minibatch`` (plus the mirror
+        loss with ``algo.symmetry.mirror_loss``)."""
+        loss, metrics = ppo_loss(
+            self.policy, self.critic, minibatch, self.config, self.control, with_metrics, self.loss_terms
+        )
+        coef = self.config.symmetry.mirror_loss
+        if self.symmetry is not None and coef > 0:
+            mirror_loss = self.symmetry.loss(self.policy, minibatch.obs)
+            loss = loss + coef * mirror_loss
+            if with_metrics:
+                metrics["mirror_loss"] = mirror_loss.detach()
+        return loss, metrics
 
     def _adapt_learning_rate(self, approx_kl: torch.Tensor) -> None:
         """rsl_rl's adaptive schedule: the step's KL (the ranks' mean) against ``desired_kl``; one host read."""
@@ -316,13 +342,13 @@ class PPO:
                 "set algo.compile=false"
             ) from error
 
-    def _epoch_minibatches(self, batch: RolloutBatch) -> list[RolloutBatch]:
+    def _epoch_minibatches(self, batch: RolloutBatch, minibatch_size: int) -> list[RolloutBatch]:
         """One epoch's shuffled minibatches (views of one permuted copy), advantages normalized per minibatch."""
         shuffled = batch.index(batch.permutation())  # whole sequences for a recurrent policy
         if self.config.minibatch_advantage_norm:
-            advantage = normalize_per_minibatch(shuffled.advantage, self.config.minibatch_size)
+            advantage = normalize_per_minibatch(shuffled.advantage, minibatch_size)
             shuffled = dataclasses.replace(shuffled, advantage=advantage)
-        return shuffled.split(self.config.minibatch_size)
+        return shuffled.split(minibatch_size)
 
     def state_dict(self) -> dict:
         return {

@@ -204,6 +204,18 @@ class NativeVecEnv:
         task_block = self.task.privileged(self.physics.state()).to(self.device, torch.float32)
         return torch.cat([self._randomizer.privileged(), task_block], dim=1)
 
+    def mirror(self) -> dict:
+        """The left-right mirror of the observation (``obs``), the action (``action``) and, where every block of it
+        has one, the privileged observation (``privileged``): ``robopt.envs.robot.mirror.Mirror`` each, from a robot
+        task with ``robot.mirror``. A one-line ValueError for a task without symmetry."""
+        task_mirror = getattr(self.task, "mirror", None)
+        if task_mirror is None:
+            raise ValueError(f"{self.env_id}: symmetry needs a robot task (env.id: robot) with robot.mirror")
+        out = task_mirror()
+        if self._randomizer.privileged_dim:  # randomized parameters per body or geom have no mirror here
+            out.pop("privileged", None)
+        return out
+
     def _compute_reward(self, achieved_goal: torch.Tensor, desired_goal: torch.Tensor) -> torch.Tensor:
         """The task's reward for goals achieved [B, G] and desired [B, G]: [B] float32 on the env device."""
         return self.task.compute_reward(achieved_goal, desired_goal).to(self.device, torch.float32)

@@ -115,6 +115,8 @@ def _train_fails(*overrides: str) -> str:
         (["task.rewards.alive={weight: lots}"], "rewards.alive.weight: expected a finite number, got 'lots'"),
         (["task.rewards.mine={hook: no_pkg.terms:f}"], "rewards.mine.hook='no_pkg.terms:f': cannot import"),
         (["env.id=HalfCheetah-v5"], "the robot and task sections build env.id: robot"),
+        (["task.terrain.types={lava: 1.0}"], "task.terrain.types: 'lava' is not a terrain type; allowed: flat, rough"),
+        (["task.observations.height_scan={points: [0, 11]}"], "height_scan.points: expected two integers >= 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_two(overrides, message) -> None:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from robopt.envs.robot.config import RobotConfig
+from robopt.envs.robot.mirror import build_mirror
 from robopt.envs.robot.mjcf import compile_spec, load_spec, match_all, movable, names_of, resolve_mjcf
 from robopt.envs.robot.model import GripperTables, RobotModel
 from robopt.envs.robot.scene import SceneConfig, add_scene, object_tables
@@ -382,6 +383,12 @@ def build_robot(
         object.__setattr__(robot, "objects", object_tables(compiled, objects, scene.table))
     if terrain_tables is not None:
         object.__setattr__(robot, "terrain", terrain_tables)
+    if config.mirror:
+        qpos = robot.init_qpos.numpy()
+        mirror = build_mirror(
+            config.mirror, compiled, qpos, base, robot.joint_names, robot.default_pose, robot.action_scale, foot_names
+        )
+        object.__setattr__(robot, "mirror", mirror)
     return robot
 
 

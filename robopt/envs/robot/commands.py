@@ -57,6 +57,7 @@ class Command(ABC):
     provides: tuple[str, ...] = ()
     # how a robot computer receives it: {"topic": key of robot.topics, "type": message, "fields": {name: field}}
     deploy: dict | None = None
+    mirror_signs: tuple[float, ...] | None = None  # each element's sign in the left-right mirror image; None: none
 
     def __init__(self, config: dict, section: str = "task.commands") -> None:
         allowed = (*COMMON_KEYS, *self.keys, *self.extra_keys())
@@ -158,6 +159,7 @@ class VelocityCommand(Command):
     names = keys
     defaults = {"lin_vel_x": (-1.0, 1.0), "lin_vel_y": (-0.5, 0.5), "ang_vel_z": (-1.0, 1.0)}
     provides = ("velocity",)
+    mirror_signs = (1.0, -1.0, -1.0)  # mirrored through the base's x-z plane: vx, -vy, -yaw rate
     deploy = {"topic": "cmd_vel", "type": "geometry_msgs/Twist",
               "fields": {"lin_vel_x": "linear.x", "lin_vel_y": "linear.y", "ang_vel_z": "angular.z"}}  # fmt: skip
 

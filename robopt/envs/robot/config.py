@@ -124,6 +124,11 @@ class RobotConfig:
     gripper: GripperConfig = option(GripperConfig(), "a parallel-jaw gripper: one action element for its fingers")
     sim: SimConfig = option(SimConfig(), "physics timestep, decimation and solver")
     floor: FloorConfig = option(FloorConfig(), "the ground added under the robot")
+    mirror: tuple[tuple[str, ...], ...] = option(
+        (),
+        "left-right symmetry: [left, right] name substrings that swap a joint (or foot) for its mirror image, e.g. "
+        "[[FL_, FR_], [RL_, RR_]]; signs come from the joint axes (robopt.envs.robot.mirror); () = none",
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.base_height, float) or self.base_height < 0:

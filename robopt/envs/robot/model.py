@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import mujoco
 import torch
 
+from robopt.envs.robot.mirror import RobotMirror
 from robopt.envs.robot.scene import ObjectTables
 from robopt.envs.robot.terrain import TerrainTables
 
@@ -58,6 +59,7 @@ class RobotModel:
     gripper: GripperTables | None = None
     objects: ObjectTables | None = None  # the task's scene (robopt.envs.robot.scene)
     terrain: TerrainTables | None = None  # the task's terrain (robopt.envs.robot.terrain)
+    mirror: RobotMirror | None = None  # left-right symmetry (robot.mirror; robopt.envs.robot.mirror)
 
     @property
     def num_feet(self) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from robopt.envs.robot import mirror
 from robopt.envs.robot.commands import POSE, VELOCITY
 from robopt.envs.robot.signals import Signals, quat_conjugate, quat_multiply, quat_rotate, quat_rotate_inverse
 from robopt.envs.robot.terms import (
@@ -36,25 +37,38 @@ POSE_NAMES = named("x", "y", "z", "qw", "qx", "qy", "qz")
     needs=(FLOATING,),
     elements=XYZ,
     deploy=Deploy(topic="odom", type="nav_msgs/Odometry", field="twist.twist.linear"),
+    mirror=mirror.vector(1, -1, 1),
 )
 def base_lin_vel(s: Signals) -> torch.Tensor:
     """Linear velocity of the base in its own (IMU) frame [N, 3] (m/s)."""
     return s.base_lin_vel
 
 
-@term("observation", needs=(FLOATING,), elements=XYZ, deploy=Deploy(**IMU, field="angular_velocity"))
+@term(
+    "observation",
+    needs=(FLOATING,),
+    elements=XYZ,
+    deploy=Deploy(**IMU, field="angular_velocity"),
+    mirror=mirror.vector(-1, 1, -1),
+)
 def base_ang_vel(s: Signals) -> torch.Tensor:
     """Angular velocity of the base in its own (IMU) frame [N, 3] (rad/s): a gyro's reading."""
     return s.base_ang_vel
 
 
-@term("observation", needs=(FLOATING,), elements=XYZ, deploy=Deploy(**IMU, field="orientation", convert="gravity"))
+@term(
+    "observation",
+    needs=(FLOATING,),
+    elements=XYZ,
+    deploy=Deploy(**IMU, field="orientation", convert="gravity"),
+    mirror=mirror.vector(1, -1, 1),
+)
 def projected_gravity(s: Signals) -> torch.Tensor:
     """Unit gravity vector in the base (IMU) frame [N, 3]: (0, 0, -1) when level."""
     return s.projected_gravity
 
 
-@term("observation", needs=(FLOATING,))
+@term("observation", needs=(FLOATING,), mirror=mirror.vector(1))
 def base_height(s: Signals) -> torch.Tensor:
     """Height of the base above the ground under it [N, 1] (m); a privileged term (a robot rarely measures it)."""
     return s.base_height[:, None]
@@ -66,7 +80,18 @@ GRID = Check(
 )
 
 
-@term("observation", needs=(FLOATING,), params={"points": GRID, "spacing": POSITIVE, "offset": FINITE})
+def _scan_mirror(task, params: dict, width: int) -> mirror.Mirror:
+    """The scan's grid flipped across the base's x axis (x-major: element i * ny + j <-> i * ny + ny - 1 - j)."""
+    nx, ny = (int(n) for n in params.get("points", (17, 11)))
+    return mirror.Mirror.of([i * ny + (ny - 1 - j) for i in range(nx) for j in range(ny)], [1.0] * (nx * ny))
+
+
+@term(
+    "observation",
+    needs=(FLOATING,),
+    params={"points": GRID, "spacing": POSITIVE, "offset": FINITE},
+    mirror=_scan_mirror,
+)
 def height_scan(s: Signals, points: list = (17, 11), spacing: float = 0.1, offset: float = 0.0) -> torch.Tensor:
     """The ground under a grid of points around the base, as the base sees it [N, points_x * points_y] (m): base
     height minus the ground's height minus ``offset``, at ``points`` (x, y; legged_gym's 17 x 11 by default)
@@ -99,31 +124,36 @@ def height_scan(s: Signals, points: list = (17, 11), spacing: float = 0.1, offse
     return base[:, None, 2] - s.terrain_height(world) - offset
 
 
-@term("observation", elements=joint_names, deploy=Deploy(**JOINT_STATES, field="position", offset="default_pose"))
+@term(
+    "observation",
+    elements=joint_names,
+    deploy=Deploy(**JOINT_STATES, field="position", offset="default_pose"),
+    mirror=mirror.joints,
+)
 def joint_pos(s: Signals) -> torch.Tensor:
     """Joint positions relative to the default pose [N, A] (rad)."""
     return s.joint_pos - s.default_pose
 
 
-@term("observation", elements=joint_names, deploy=Deploy(**JOINT_STATES, field="velocity"))
+@term("observation", elements=joint_names, deploy=Deploy(**JOINT_STATES, field="velocity"), mirror=mirror.joints)
 def joint_vel(s: Signals) -> torch.Tensor:
     """Joint velocities [N, A] (rad/s)."""
     return s.joint_vel
 
 
-@term("observation", elements=joint_names)
+@term("observation", elements=joint_names, mirror=mirror.joints)
 def joint_torque(s: Signals) -> torch.Tensor:
     """Actuator torques [N, A] (N m)."""
     return s.joint_torque
 
 
-@term("observation", elements=joint_names, deploy=Deploy(runtime="last_action"))
+@term("observation", elements=joint_names, deploy=Deploy(runtime="last_action"), mirror=mirror.joints)
 def last_action(s: Signals) -> torch.Tensor:
     """The policy's previous action [N, A] (clipped to the action bounds; zeros at an episode's start)."""
     return s.action
 
 
-@term("observation", needs=(VELOCITY,), elements=command_names, deploy=Deploy(command=True))
+@term("observation", needs=(VELOCITY,), elements=command_names, deploy=Deploy(command=True), mirror=mirror.command)
 def velocity_command(s: Signals) -> torch.Tensor:
     """The velocity command [N, 3]: forward (m/s), lateral (m/s), yaw rate (rad/s), in the base's heading frame."""
     return s.command
@@ -156,19 +186,19 @@ def ee_pose_error(s: Signals) -> torch.Tensor:
     return torch.cat([position, axis_angle], dim=1)
 
 
-@term("observation", needs=(FEET,), elements=foot_names)
+@term("observation", needs=(FEET,), elements=foot_names, mirror=mirror.feet)
 def feet_contact(s: Signals) -> torch.Tensor:
     """1.0 for each foot on the ground, else 0.0 [N, F] (privileged)."""
     return s.feet_contact.to(s.feet_force.dtype)
 
 
-@term("observation", needs=(FEET,), elements=foot_names)
+@term("observation", needs=(FEET,), elements=foot_names, mirror=mirror.feet)
 def feet_force(s: Signals) -> torch.Tensor:
     """Contact force on each foot [N, F] (N; privileged)."""
     return s.feet_force
 
 
-@term("observation", needs=(FEET,), elements=foot_names)
+@term("observation", needs=(FEET,), elements=foot_names, mirror=mirror.feet)
 def feet_height(s: Signals) -> torch.Tensor:
     """Height of each foot's lowest point above the floor [N, F] (m; privileged)."""
     return s.feet_height

@@ -15,6 +15,8 @@ everything else robopt knows of it, and every part of robopt reads that declarat
 - ``elements``: how its output's elements are named in the export sidecar (the joints, the feet, x y z...).
 - ``deploy``: how a robot computer computes it (``Deploy``: a topic and field of a message, a value the runtime
   holds, the command input), written into the sidecar, where the deploy map reads it.
+- ``mirror``: its output's left-right mirror image (``robopt.envs.robot.mirror``: joints swapped with their axis
+  signs, feet swapped, a vector's signs), for symmetry in training; a term without one cannot be mirrored.
 
 A term with state across steps (feet air time, the previous joint velocities) is a class: ``cls(first)`` is built on
 the env's first ``Signals``; ``update(signals)`` runs after every physics step before the rewards; ``reset(rows,
@@ -135,6 +137,7 @@ class TermInfo:
     elements: Callable[[Any], list[str]] | None = None
     deploy: Deploy | None = None
     doc: str = ""
+    mirror: Callable[[Any, dict, int], Any] | None = None  # (task, params, width) -> robopt.envs.robot.mirror.Mirror
 
     @property
     def stateful(self) -> bool:
@@ -153,6 +156,7 @@ def term(
     elements: Callable[[Any], list[str]] | None = None,
     deploy: Deploy | None = None,
     name: str = "",
+    mirror: Callable[[Any, dict, int], Any] | None = None,
 ) -> Callable[[Callable], Callable]:
     """Declare ``fn`` (a function, or a class for a term with state) as a term of ``kind`` (the module doc); the
     built-in terms' declarations are collected by ``robopt.envs.robot.library.REGISTRY``, a hook's are read where its
@@ -166,7 +170,7 @@ def term(
         if unknown:
             raise ValueError(f"term {fn.__name__}: params names {unknown[0]!r}, which it does not take")
         fn.term_name = name or (_snake(fn.__name__) if inspect.isclass(fn) else fn.__name__)
-        fn.term_info = TermInfo(fn, kind, tuple(needs), dict(params or {}), elements, deploy, _first_line(doc))
+        fn.term_info = TermInfo(fn, kind, tuple(needs), dict(params or {}), elements, deploy, _first_line(doc), mirror)
         return fn
 
     return declare
