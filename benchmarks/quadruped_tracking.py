@@ -12,6 +12,11 @@ planar velocity error |v_cmd - v_xy| in the base frame (MuJoCo's velocimeter at 
 |w_cmd - w_z|, for the command the policy saw. "steady" leaves out the first second after each new command (the
 robot's response time); "all" keeps every step. A fall is an episode that ends terminated before 20 s. Training
 wall time and env steps come from the run's progress.csv (robopt's own clock: evaluations excluded).
+
+On terrain (``--config configs/ppo_quadruped_terrain.yaml``, docs/legged.md) the evaluation rows stand on the run's
+terrain with its curriculum's starting levels, and a terrain report follows: the mean level per type over training
+(``env/terrain_level/<type>`` from progress.csv, ten points) and, from the final checkpoint, how the training rows
+are spread over the levels of each type and the share in the top third of the levels.
 """
 
 from __future__ import annotations
@@ -112,6 +117,36 @@ def train(config: str, seeds: list[int], total_steps: int, root: Path, extra: li
     return runs
 
 
+def terrain_report(run_dir: Path) -> None:
+    """The curriculum's course (progress.csv) and where it left the rows (the last checkpoint); nothing off terrain."""
+    rows = list(csv.DictReader((run_dir / "progress.csv").open()))
+    types = sorted(key.split("/")[-1] for key in rows[0] if key.startswith("env/terrain_level/"))
+    if not types:
+        return
+    print(f"terrain levels of {run_dir} (mean level per type over training):")
+    print("env steps  wall s | all   | " + " ".join(f"{name:>11}" for name in types))
+    picks = sorted({round(i * (len(rows) - 1) / 9) for i in range(10)})
+    for row in (rows[i] for i in picks):
+        levels = " ".join(f"{float(row[f'env/terrain_level/{name}'] or 'nan'):11.2f}" for name in types)
+        print(
+            f"{int(row['env_steps']):9d} {float(row['wall_time']):7.0f} | {float(row['env/terrain_level']):5.2f} | {levels}"
+        )
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["loop"]["env"]["task"]["terrain"]
+    config, _ = load_policy(run_dir)
+    terrain = config.task.terrain
+    from robopt.envs.robot.terrain import column_types
+
+    kinds = column_types(terrain)
+    top = math.ceil(2 * terrain.levels / 3)  # the top third: levels top..levels-1
+    print(f"rows per level at the end (levels 0..{terrain.levels - 1}; top third: {top}+):")
+    for name in dict.fromkeys(kinds):
+        chosen = torch.tensor([kinds[c] == name for c in state["column"].tolist()])
+        levels = state["level"][chosen]
+        counts = torch.bincount(levels, minlength=terrain.levels).tolist()
+        share = float((levels >= top).float().mean())
+        print(f"  {name:<12} {counts}  top third {share:.2f}")
+
+
 def report(results: dict[Path, dict]) -> None:
     keys = ("vel_steady", "vel_all", "yaw_steady", "yaw_all", "falls", "env_steps", "wall_time_s")
     print("run | " + " | ".join(keys))
@@ -151,6 +186,7 @@ def main() -> None:
         for run in runs:
             results[run] = evaluate(run, args.episodes, args.seed)
             print(run, {key: round(value, 4) for key, value in results[run].items()}, flush=True)
+            terrain_report(run)
     report(results)
 
 
