@@ -128,9 +128,8 @@ def terrain_report(run_dir: Path) -> None:
     picks = sorted({round(i * (len(rows) - 1) / 9) for i in range(10)})
     for row in (rows[i] for i in picks):
         levels = " ".join(f"{float(row[f'env/terrain_level/{name}'] or 'nan'):11.2f}" for name in types)
-        print(
-            f"{int(row['env_steps']):9d} {float(row['wall_time']):7.0f} | {float(row['env/terrain_level']):5.2f} | {levels}"
-        )
+        mean = float(row["env/terrain_level"])
+        print(f"{int(row['env_steps']):9d} {float(row['wall_time']):7.0f} | {mean:5.2f} | {levels}")
     state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["loop"]["env"]["task"]["terrain"]
     config, _ = load_policy(run_dir)
     terrain = config.task.terrain
