@@ -164,9 +164,11 @@ def main() -> None:
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     parser.add_argument("--finetune", nargs="*", default=list(FINETUNE), choices=list(FINETUNE))
     parser.add_argument("--throughput-steps", type=int, default=4000, help="env steps of the throughput check")
+    parser.add_argument("--ft-overrides", nargs="*", default=[], help="config overrides of the fine-tuning runs")
+    parser.add_argument("--throughput", action=argparse.BooleanOptionalAction, default=True, help="the speed check")
     parser.add_argument("--smoke", action="store_true", help="smallest arguments: a test that the script runs")
     args = parser.parse_args()
-    args.bc_overrides, args.ft_overrides = [], []
+    args.bc_overrides = []
     if args.smoke:
         args.tasks, args.seeds, args.demos, args.episodes, args.steps = ["reach"], [0], 2, 4, 160
         args.throughput_steps = 64
@@ -178,7 +180,8 @@ def main() -> None:
         parser.error(f"unknown Meta-World task(s) {', '.join(unknown)}; the 50: {', '.join(sorted(TASKS))}")
     print(f"Meta-World: {len(tasks)} task(s), seeds {args.seeds}, {args.demos} demonstrations, {args.steps} "
           f"fine-tuning steps, {args.episodes} evaluation episodes; {os.cpu_count()} CPU cores")  # fmt: skip
-    throughput(tasks[0], 16, args.throughput_steps)
+    if args.throughput:
+        throughput(tasks[0], 16, args.throughput_steps)
     header = f"{'task':<16} {'group':<9} {'method':<16} {'seed':>4} {'success':>7}  {'95% interval':<12} "
     print(header + f"{'episodes':>5} {'env steps':>9} {'wall s':>8}", flush=True)
     summary: dict[tuple[str, str], list[tuple]] = {}

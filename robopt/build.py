@@ -19,7 +19,7 @@ from robopt.distributed.collective import LOCAL, RANK_SEED_STRIDE, Collective, r
 from robopt.envs import make_env
 from robopt.policies import POLICIES
 from robopt.policies.recurrent import check_sequence_length, policy_memory
-from robopt.warm_start import initialize_critics, initialize_policy
+from robopt.warm_start import initialize_critics, initialize_policy, load_teacher
 
 
 def seed_everything(seed: int) -> None:
@@ -229,6 +229,8 @@ def build_algorithm_loop(config: Experiment, initialize: bool = False, collectiv
         check_critic_kind(config, spec.kind)
         rank_seed = config.seed + RANK_SEED_STRIDE * collective.rank
         loop = spec.build(config, env, policy, seed=rank_seed, collective=collective)
+        if hasattr(loop, "set_teacher"):  # distillation: the teacher run's policy and its view of this env
+            loop.set_teacher(*load_teacher(config, env))
         if spec.kind == "off_policy":
             if initialize and (config.init_from or config.init_critic_from):
                 loaded = initialize_critics(loop.algorithm, config)

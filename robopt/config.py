@@ -296,7 +296,9 @@ def parse_config_file(cls: type, path: str | Path, overrides: list[str] | None =
     ``extends: other.yaml`` (a path relative to the file) starts from that file's settings: mappings merge key by
     key, anything else is replaced, and a section whose ``name`` differs from the base's (another algorithm or
     policy kind) replaces the base's section whole, while a base section without a name (``algo: {loop: ...}``,
-    shared by several algorithms) merges into any. The run's name is the file's own ``name`` or its file name.
+    shared by several algorithms) merges into any. ``replace: [task.observations, ...]`` lists dotted keys whose
+    mapping in this file replaces the base's whole instead of merging into it (a student that observes less than
+    the teacher it extends). The run's name is the file's own ``name`` or its file name.
     """
     path = Path(path)
     data = read_config_file(path)
@@ -316,7 +318,12 @@ def read_config_file(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of config keys, got {type(data).__name__}")
     parent = data.pop("extends", None)
+    replace = data.pop("replace", [])
+    if not isinstance(replace, list) or not all(isinstance(key, str) and key for key in replace):
+        raise ConfigError(f"{str(path)!r}: replace must be a list of dotted keys (task.observations), got {replace!r}")
     if parent is None:
+        if replace:
+            raise ConfigError(f"{str(path)!r}: replace {replace} needs extends (there is no base to replace)")
         return data
     if not isinstance(parent, str) or not parent:
         raise ConfigError(f"{str(path)!r}: extends must be the path of another config file, got {parent!r}")
@@ -325,7 +332,16 @@ def read_config_file(path: Path, chain: tuple[Path, ...] = ()) -> dict:
         raise ConfigError(f"{str(path)!r}: extends {parent!r} makes a cycle of config files")
     base = read_config_file(base_path, (*chain, path.resolve()))
     base.pop("name", None)
-    return _merge(base, data)
+    merged = _merge(base, data)
+    for key in replace:  # this file's own mapping, whole
+        *parents, last = key.split(".")
+        source, target = data, merged
+        for part in parents:
+            source, target = (source or {}).get(part), target.get(part)
+        if not isinstance(source, dict) or last not in source:
+            raise ConfigError(f"{str(path)!r}: replace names {key!r}, which this file does not set")
+        target[last] = source[last]
+    return merged
 
 
 def _merge(base: dict, override: dict) -> dict:

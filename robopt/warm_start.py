@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
-from robopt.config import ConfigError, Experiment
+from robopt.config import ConfigError, Experiment, config_to_dict
 
 __all__ = ["WARM_START_MODULES", "initialize_critics", "initialize_policy", "same_task"]
 
@@ -131,3 +131,76 @@ def _source_identity(data: dict) -> tuple[str, str] | None:
     if not isinstance(env, dict) or not isinstance(policy, dict):
         return None
     return str(env.get("id", "")), str(policy.get("name", "gaussian"))
+
+
+def load_teacher(config: Experiment, env) -> tuple[torch.nn.Module, object]:
+    """Distillation's teacher (``algo.teacher_from``): its policy with its trained weights and normalizer, and its
+    observation computed on ``env`` (``robopt.envs.robot.teacher_view``). One line when it is not a run directory, is
+    a run of another robot or task (naming what differs), or when the student observes a term a robot computer
+    cannot compute (no deploy source: a height scan, the base height)."""
+    from types import SimpleNamespace
+
+    from robopt.config import build_dataclass
+    from robopt.envs.robot.config import TaskConfig, parse_task_terms
+    from robopt.envs.robot.teacher_view import TeacherView
+    from robopt.policies import POLICIES
+
+    run_dir = Path(config.algo.teacher_from)
+    key = f"algo.teacher_from={str(run_dir)!r}"
+    saved = _saved_config(run_dir)
+    if not saved or not (run_dir / LAST_CHECKPOINT).is_file():
+        raise ConfigError(f"{key} is not a run directory with a checkpoint ({LAST_CHECKPOINT})")
+    if config.env.id != "robot" or (saved.get("env") or {}).get("id") != "robot":
+        raise ConfigError(f"{key}: distillation runs between robot tasks (env.id: robot) on both sides")
+    ours = _plain(config_to_dict(config))
+    _same_sections(key, _plain(saved), ours)
+    for entry in parse_task_terms(config.task)["observations"]:
+        if entry.info.deploy is None:
+            raise ConfigError(
+                f"task.observations.{entry.name}: the student observes what a robot computer can compute (terms "
+                "with a deploy source); this one is privileged: leave it to the teacher"
+            )
+    try:
+        task = build_dataclass(TaskConfig, saved["task"], "task.")
+        view = TeacherView(env, task)
+    except ValueError as error:
+        raise ConfigError(f"{key}: {error}") from None
+    name = str((saved.get("policy") or {}).get("name", "gaussian"))
+    spec = POLICIES[name]
+    shape = SimpleNamespace(
+        obs_dim=view.obs_dim,
+        action_dim=env.action_dim,
+        action_low=env.action_low,
+        action_high=env.action_high,
+        device=env.device,
+        env_id=config.env.id,
+    )
+    try:
+        teacher = spec.build(build_dataclass(spec.config_cls, saved["policy"], "policy."), shape)
+        teacher.load_state_dict(load_checkpoint(run_dir / LAST_CHECKPOINT)["loop"]["policy"])
+    except (RuntimeError, KeyError, ValueError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"{key}: its policy cannot be rebuilt from its config: {first}") from None
+    return teacher.to(config.device), view
+
+
+def _plain(value):
+    """Tuples as lists, recursively: a saved YAML config and a live one compare equal."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _same_sections(key: str, theirs: dict, ours: dict) -> None:
+    """The teacher's robot and task (all but what each observes and how it is rewarded) are the student's."""
+    for section, ignored in (("robot", ("mirror",)), ("task", ("observations", "critic", "rewards", "terminations"))):
+        mine, other = ours.get(section) or {}, theirs.get(section) or {}
+        for name in sorted(set(mine) | set(other)):
+            if name in ignored or mine.get(name) == other.get(name):
+                continue
+            raise ConfigError(
+                f"{key} is a run of another {section}: {section}.{name} differs ({other.get(name)!r} there, "
+                f"{mine.get(name)!r} here)"
+            )

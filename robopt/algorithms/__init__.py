@@ -8,6 +8,7 @@ registers itself anywhere.
 from __future__ import annotations
 
 from robopt.algorithms.bc import BCConfig, BehaviorCloningLoop
+from robopt.algorithms.distill import DistillConfig, DistillLoop
 from robopt.algorithms.dppo import DPPO, DPPOConfig
 from robopt.algorithms.expo import EXPOConfig, build_expo_loop
 from robopt.algorithms.fpo import FPOConfig, build_fpo
@@ -30,6 +31,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     "fpo": AlgorithmSpec(FPOConfig, on_policy(build_fpo), "on_policy", "FPO: PPO with a flow policy's CFM ratio"),
     "dppo": AlgorithmSpec(DPPOConfig, on_policy(DPPO), "on_policy", "DPPO: PPO over a diffusion chain's steps"),
     "bc": AlgorithmSpec(BCConfig, own_loop(BehaviorCloningLoop), "pretrain", "behaviour cloning from a dataset"),
+    "distill": AlgorithmSpec(DistillConfig, own_loop(DistillLoop), "pretrain", "a student imitates a teacher run"),
     "sac": AlgorithmSpec(SACConfig, own_loop(build_sac_loop), "off_policy", "SAC: twin Q, auto temperature"),
     "td3": AlgorithmSpec(TD3Config, own_loop(build_td3_loop), "off_policy", "TD3: clipped double-Q, delays"),
     "ddpg": AlgorithmSpec(DDPGConfig, own_loop(build_td3_loop), "off_policy", "DDPG: TD3 with one critic"),

@@ -38,15 +38,30 @@ def test_a_file_extends_its_base_relative_to_itself(tmp_path):
     assert (config.seed, config.env.id, config.env.num_envs, config.name) == (7, "Pendulum-v1", 3, "run")
 
 
+def test_replace_takes_a_mapping_whole_instead_of_merging(tmp_path):
+    # a student that observes less than the teacher it extends: its observations replace the teacher's
+    (tmp_path / "teacher.yaml").write_text("task: {episode_s: 5.0, observations: {a: {}, b: {scale: 2.0}, scan: {}}}\n")
+    (tmp_path / "student.yaml").write_text(
+        "extends: teacher.yaml\nreplace: [task.observations]\ntask: {observations: {a: {}, b: {}}}\n"
+    )
+    merged = read_config_file(tmp_path / "student.yaml")
+    assert merged["task"] == {"episode_s": 5.0, "observations": {"a": {}, "b": {}}}
+    assert "replace" not in merged
+
+
 @pytest.mark.parametrize(
     ("text", "match"),
     [
         ("extends: run.yaml\n", "makes a cycle of config files"),
         ("extends: [a.yaml]\n", "must be the path of another"),
         ("extends: missing.yaml\n", "not found"),
+        ("replace: [task.observations]\n", "replace \\['task.observations'\\] needs extends"),
+        ("extends: base.yaml\nreplace: task\n", "replace must be a list of dotted keys"),
+        ("extends: base.yaml\nreplace: [task.observations]\n", "replace names 'task.observations', which this file"),
     ],
 )
 def test_bad_extends_is_one_line(tmp_path, text, match):
+    (tmp_path / "base.yaml").write_text("task: {observations: {a: {}}}\n")
     (tmp_path / "run.yaml").write_text(text)
     with pytest.raises(ConfigError, match=match) as error:
         read_config_file(tmp_path / "run.yaml")

@@ -366,6 +366,10 @@ class TermTask:
         self.frame = self._frame(self._signals(state))
         self._step_signals = None
 
+    def frame_of(self, signals: Signals) -> torch.Tensor:
+        """This task's observation [N, D] of ``signals`` (another task's state and context: a teacher's view)."""
+        return self._frame(signals)
+
     def _frame(self, signals: Signals) -> torch.Tensor:
         """The observation [N, D]: terms scaled, with noise U(-noise, noise) and the episode's bias, clipped."""
         frame = torch.cat([value for _, value in self._values("observations", signals)], dim=1) * self._scale
