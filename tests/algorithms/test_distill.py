@@ -95,3 +95,11 @@ def test_the_shipped_terrain_student_distils_from_a_terrain_teacher(tmp_path) ->
     rows = list(csv.DictReader((run / "progress.csv").open()))
     assert len(rows) == 2 and all(float(row["distill_loss"]) > 0 for row in rows)
     assert "env/terrain_level" in rows[0]
+    # the student exports as any robot policy (its window and the robot in the sidecar), without a height scan
+    pytest.importorskip("onnxruntime")
+    from robopt.sim2real.export import export_run
+
+    report = export_run(run)
+    assert max(report.max_difference.values()) <= 1e-5
+    sidecar = (report.out_dir / "policy.json").read_text()
+    assert "height_scan" not in sidecar and "joint_pos" in sidecar
