@@ -87,10 +87,10 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def env_rate(num_envs: int, threads: int, steps: int) -> tuple[float, dict[str, float]]:
-    """Env steps per second and the seconds spent in each part over the timed steps."""
-    robot, task = sections()
-    env = make_env("robot", num_envs, backend="mujoco", robot=robot, task=task, seed=0, num_threads=threads)
+def timed_steps(env, steps: int) -> tuple[float, dict[str, float]]:
+    """Env steps per second over ``steps`` steps of a policy's actions (zeros plus N(0, 0.3) noise) after 20 warm-up
+    steps, and the seconds spent in the physics (``physics``) and the task's terms (``terms``) and in all
+    (``elapsed``); shared with benchmarks/terrain_cost.py."""
     totals: dict[str, float] = defaultdict(float)
 
     def timed(name, fn):
@@ -108,17 +108,24 @@ def env_rate(num_envs: int, threads: int, steps: int) -> tuple[float, dict[str, 
     generator = torch.Generator().manual_seed(0)
     env.reset(seed=0)
     for _ in range(20):
-        env.step(0.3 * torch.randn(num_envs, env.action_dim, generator=generator))
+        env.step(0.3 * torch.randn(env.num_envs, env.action_dim, generator=generator))
     totals.clear()
     start = time.perf_counter()
     for _ in range(steps):
-        env.step(0.3 * torch.randn(num_envs, env.action_dim, generator=generator))
+        env.step(0.3 * torch.randn(env.num_envs, env.action_dim, generator=generator))
     elapsed = time.perf_counter() - start
+    return env.num_envs * steps / elapsed, {"physics": totals["physics"], "terms": totals["terms"], "elapsed": elapsed}
+
+
+def env_rate(num_envs: int, threads: int, steps: int) -> tuple[float, dict[str, float]]:
+    """Env steps per second and the seconds spent in each part over the timed steps."""
+    robot, task = sections()
+    env = make_env("robot", num_envs, backend="mujoco", robot=robot, task=task, seed=0, num_threads=threads)
+    rate, split = timed_steps(env, steps)
     raw = raw_rate(env, num_envs, threads, steps)
     env.close()
-    split = {"physics": totals["physics"], "terms": totals["terms"]}
-    split["rest"] = elapsed - split["physics"] - split["terms"]
-    return num_envs * steps / elapsed, {**split, "raw": raw, "elapsed": elapsed}
+    split["rest"] = split["elapsed"] - split["physics"] - split["terms"]
+    return rate, {**split, "raw": raw}
 
 
 def main() -> None:

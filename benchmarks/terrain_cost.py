@@ -15,11 +15,10 @@ Run it alone: two cores, one benchmark.
 from __future__ import annotations
 
 import argparse
-import time
-from collections import defaultdict
 
 import torch
 import yaml
+from robot_throughput import timed_steps  # the same clock around the physics and the terms
 from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
 
 from robopt.envs import make_env
@@ -45,32 +44,10 @@ def sections(terrain: bool, scan: bool, small: bool) -> tuple[dict, dict]:
 def rate(num_envs: int, threads: int, steps: int, terrain: bool, scan: bool, small: bool) -> tuple[float, dict]:
     robot, task = sections(terrain, scan, small)
     env = make_env("robot", num_envs, backend="mujoco", robot=robot, task=task, seed=0, num_threads=threads)
-    totals: dict[str, float] = defaultdict(float)
-
-    def timed(name, fn):
-        def wrapper(*args, **kwargs):
-            start = time.perf_counter()
-            out = fn(*args, **kwargs)
-            totals[name] += time.perf_counter() - start
-            return out
-
-        return wrapper
-
-    env.physics.step = timed("physics", env.physics.step)
-    for hook in ("update_context", "reward", "advance", "reset_context"):
-        setattr(env.task, hook, timed("terms", getattr(env.task, hook)))
-    generator = torch.Generator().manual_seed(0)
-    env.reset(seed=0)
-    for _ in range(20):
-        env.step(0.3 * torch.randn(num_envs, env.action_dim, generator=generator))
-    totals.clear()
-    start = time.perf_counter()
-    for _ in range(steps):
-        env.step(0.3 * torch.randn(num_envs, env.action_dim, generator=generator))
-    elapsed = time.perf_counter() - start
+    steps_per_s, split = timed_steps(env, steps)
     geoms = env.physics.mj_model.ngeom
     env.close()
-    return num_envs * steps / elapsed, {**totals, "elapsed": elapsed, "geoms": geoms}
+    return steps_per_s, {**split, "geoms": geoms}
 
 
 def main() -> None:
