@@ -73,9 +73,9 @@ def test_graph_replay_equals_eager_stepping_for_a_robot() -> None:
 def test_warp_stands_on_the_generated_terrain() -> None:
     # the terrain (a heightfield and boxes in one static body) goes to warp unchanged: the rows start on the same
     # tiles with the same height scan, and after 50 steps of standing the four feet of every row carry the robot's
-    # weight, on the rough heightfield and on the stairs alike
+    # weight, on rough ground (1-2 cm) and on the stairs' platforms alike
     terrain = {"types": {"rough": 0.5, "stairs_up": 0.5}, "levels": 2, "columns": 2, "tile": 4.0, "border": 1.0,
-               "platform": 1.0}  # fmt: skip
+               "platform": 1.0, "rough_height": [0.01, 0.02]}  # fmt: skip
     warp_env, cpu_env = _quiet_quadruped("mujoco_warp", 4, terrain), _quiet_quadruped("mujoco", 4, terrain)
     torch.testing.assert_close(warp_env.reset(seed=1), cpu_env.reset(seed=1), atol=2e-3, rtol=2e-3)
     assert torch.equal(warp_env.task.terrain.level, cpu_env.task.terrain.level)

@@ -61,7 +61,7 @@ def test_heights_are_what_mujoco_collides_with() -> None:
     assert cast.std() > 0.1  # the points met slopes, stairs, pits and boxes, not only flat ground
 
 
-def test_stairs_are_exact_and_reach_legged_gyms_heights() -> None:
+def test_stairs_reach_legged_gyms_heights() -> None:
     config = terrain_config(types={"stairs_up": 0.5, "stairs_down": 0.5}, columns=2, tile=8.0, platform=2.0)
     _, tables = build_terrain(config)
     assert column_types(config) == ["stairs_up", "stairs_down"]
@@ -75,10 +75,14 @@ def test_stairs_are_exact_and_reach_legged_gyms_heights() -> None:
             point = centre + torch.tensor([distance, 0.0], dtype=torch.float64)
             expected = sign * 0.23 * k
             assert float(tables.height(point)) == pytest.approx(expected, abs=1e-9)
-        # a riser is vertical: 1 mm on either side of a tread's edge differs by the full riser height
+        # a riser is a ramp one sample (0.1 m) wide at its foot: outward of the first tread's edge going up,
+        # inward of it going down; the edge itself is at the higher tread's height
         edge = centre + torch.tensor([4.0 - 0.3, 0.0], dtype=torch.float64)
-        inner, outer = (tables.height(edge + torch.tensor([d, 0.0], dtype=torch.float64)) for d in (-1e-3, 1e-3))
-        assert float(inner - outer) == pytest.approx(sign * 0.23, abs=1e-9)
+        foot = 0.1 if sign > 0 else -0.1
+        high, low, middle = (
+            float(tables.height(edge + torch.tensor([d, 0.0], dtype=torch.float64))) for d in (0.0, foot, foot / 2)
+        )
+        assert high - low == pytest.approx(0.23, abs=1e-9) and middle == pytest.approx((high + low) / 2, abs=1e-9)
     assert float(tables.start_height[2, 0]) == pytest.approx(0.23 * steps)
     assert float(tables.start_height[0, 0]) == pytest.approx(0.05 * steps)  # the easiest level: 0.05 m risers
 

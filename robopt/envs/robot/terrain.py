@@ -15,18 +15,20 @@ Types, with d the tile's difficulty and each range ``[at d = 0, at d = 1]`` a co
 - ``slope_up`` / ``slope_down``: a pyramid rising (falling) toward the tile's centre at ``slope`` (rise over run),
   with a flat ``platform`` (m square) on top (at the bottom).
 - ``stairs_up`` / ``stairs_down``: pyramid stairs of ``stair_width`` (m) treads and ``stair_height`` (m) risers rising
-  (falling) toward a central platform. Built of boxes, so every riser is vertical and every tread flat: exact.
+  (falling) toward a central platform.
 - ``boxes``: ``box_count`` random boxes of ``box_size`` (m, side) and ``box_height`` (m, in [h/2, h]) on flat ground,
   the central platform kept clear.
 
-Heights that fit a heightfield (flat, rough, slopes) are one ``hfield`` geom over the whole grid at ``resolution``
-(m between samples); stairs and boxes are box geoms, their edges on the heightfield's sample lines. All terrain geoms
-belong to one static body, ``robopt_terrain``, which the feet's contact sensors read.
+The whole grid is one ``hfield`` geom at ``resolution`` (m between samples) in one static body, ``robopt_terrain``,
+which the feet's contact sensors read. Stairs and boxes are laid out as boxes with their edges on sample lines and
+written into the heightfield: a sample on or inside a box's edge takes its top, so each riser is a ramp one sample
+wide at its foot (0.1 m for a 0.23 m riser at the default resolution; halve the resolution to halve it). Box geoms would make risers vertical, but MuJoCo poses and bounds every geom at every step: the default grid's
+3300 boxes made the quadruped's physics step 7 times as long as on the flat floor (benchmarks/terrain_cost.py), the
+heightfield costs about what the floor does.
 
-``TerrainTables.height(xy)`` is the terrain's height under world points, computed from the same numbers the model was
-built from: the heightfield's triangles as MuJoCo collides with them (each cell split along the diagonal from its
-(x0, y0) corner to its (x1, y1) corner) and the tops of the boxes, whose edges lie on cell boundaries so that a cell
-lookup is exact. ``tests/unit/test_terrain.py`` checks it against ``mujoco.mj_ray`` cast at the terrain.
+``TerrainTables.height(xy)`` is the terrain's height under world points, from the same samples the model holds: the
+heightfield's triangles as MuJoCo collides with them (each cell split along the diagonal from its (x0, y0) corner to
+its (x1, y1) corner). ``tests/robots/test_terrain.py`` checks it against ``mujoco.mj_ray`` cast at the terrain.
 """
 
 from __future__ import annotations
@@ -160,7 +162,8 @@ class Box:
 
 
 class _Builder:
-    """The terrain's heights and boxes, in numbers (numpy, float64); ``add_terrain`` writes them into a spec."""
+    """The terrain's heights and the boxes that stairs and obstacles are laid out as (numpy, float64); ``build_terrain``
+    writes the boxes into the heights."""
 
     def __init__(self, config: TerrainConfig) -> None:
         self.config = config
@@ -283,14 +286,13 @@ class TerrainTables:
     config: TerrainConfig
     types: tuple[str, ...]  # [C] the type of each column
     heights: torch.Tensor  # [X, Y] heightfield samples (m)
-    tops: torch.Tensor  # [X - 1, Y - 1] the highest box top over each cell (-inf where none)
     origin: tuple[float, float]  # world x, y of sample (0, 0)
     resolution: float
     centres: torch.Tensor  # [L, C, 2] world x, y of each tile's centre
     start_height: torch.Tensor  # [L, C] the terrain's highest point on each tile's platform (m)
 
     def to(self, device: torch.device, dtype: torch.dtype) -> TerrainTables:
-        move = {name: getattr(self, name).to(device, dtype) for name in ("heights", "tops", "centres", "start_height")}
+        move = {name: getattr(self, name).to(device, dtype) for name in ("heights", "centres", "start_height")}
         return TerrainTables(**{**vars(self), **move})
 
     @property
@@ -315,8 +317,7 @@ class TerrainTables:
         # MuJoCo's triangles: (x0 y0, x1 y0, x1 y1) where tx >= ty, (x0 y0, x1 y1, x0 y1) where tx < ty
         lower = h00 + tx * (h10 - h00) + ty * (h11 - h10)
         upper = h00 + ty * (h01 - h00) + tx * (h11 - h01)
-        ground = torch.where(tx >= ty, lower, upper)
-        return torch.maximum(ground, self.tops[ix, iy])
+        return torch.where(tx >= ty, lower, upper)
 
 
 def build_terrain(config: TerrainConfig) -> tuple[_Builder, TerrainTables]:
@@ -324,14 +325,13 @@ def build_terrain(config: TerrainConfig) -> tuple[_Builder, TerrainTables]:
     builder = _Builder(config)
     builder.build()
     heights = builder.heights
-    tops = np.full((heights.shape[0] - 1, heights.shape[1] - 1), -np.inf)
     res = config.resolution
-    for box in builder.boxes:  # edges on sample lines: each cell is inside a box or outside it
+    for box in builder.boxes:  # edges on sample lines: the samples on and inside them take the box's top
         i0 = round((box.x - box.hx - builder.x0) / res)
         i1 = round((box.x + box.hx - builder.x0) / res)
         j0 = round((box.y - box.hy - builder.y0) / res)
         j1 = round((box.y + box.hy - builder.y0) / res)
-        tops[i0:i1, j0:j1] = np.maximum(tops[i0:i1, j0:j1], box.top)
+        heights[i0 : i1 + 1, j0 : j1 + 1] = np.maximum(heights[i0 : i1 + 1, j0 : j1 + 1], box.top)
     centres = np.zeros((config.levels, config.columns, 2))
     half = config.platform / 2
     for level in range(config.levels):
@@ -341,7 +341,6 @@ def build_terrain(config: TerrainConfig) -> tuple[_Builder, TerrainTables]:
         config=config,
         types=tuple(builder.types),
         heights=torch.tensor(heights),
-        tops=torch.tensor(tops),
         origin=(builder.x0, builder.y0),
         resolution=res,
         centres=torch.tensor(centres),
@@ -356,7 +355,7 @@ def build_terrain(config: TerrainConfig) -> tuple[_Builder, TerrainTables]:
 
 
 def add_terrain(spec: mujoco.MjSpec, config: TerrainConfig) -> TerrainTables:
-    """The terrain's body, heightfield and boxes, added to ``spec`` (see the module doc)."""
+    """The terrain's body and heightfield, added to ``spec`` (see the module doc)."""
     builder, tables = build_terrain(config)
     heights = builder.heights
     low, high = float(heights.min()), float(heights.max())
@@ -371,7 +370,6 @@ def add_terrain(spec: mujoco.MjSpec, config: TerrainConfig) -> TerrainTables:
         userdata=((heights.T - low) / span).astype(np.float32).reshape(-1).tolist(),
     )
     body = spec.worldbody.add_body(name=BODY)
-    common = {"friction": [config.friction, 0.005, 0.0001], "contype": 1, "conaffinity": 1, "condim": 3}
     centre = [builder.x0 + (nx - 1) * res / 2, builder.y0 + (ny - 1) * res / 2]
     body.add_geom(
         name=f"{BODY}_hfield",
@@ -379,16 +377,9 @@ def add_terrain(spec: mujoco.MjSpec, config: TerrainConfig) -> TerrainTables:
         hfieldname=BODY,
         pos=[*centre, low],
         rgba=[0.45, 0.5, 0.55, 1.0],
-        **common,
+        friction=[config.friction, 0.005, 0.0001],
+        contype=1,
+        conaffinity=1,
+        condim=3,
     )
-    for index, box in enumerate(builder.boxes):
-        half_height = (box.top - box.bottom) / 2
-        body.add_geom(
-            name=f"{BODY}_box{index}",
-            type=mujoco.mjtGeom.mjGEOM_BOX,
-            size=[box.hx, box.hy, half_height],
-            pos=[box.x, box.y, box.bottom + half_height],
-            rgba=[0.5, 0.55, 0.6, 1.0],
-            **common,
-        )
     return tables
