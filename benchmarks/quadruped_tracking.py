@@ -58,7 +58,10 @@ def evaluate(run_dir: Path, episodes: int, seed: int) -> dict:
     sections = {**config.sections, "task": replace(config.task, commands=commands)}
     config = replace(config, sections=sections, env=replace(config.env, num_envs=episodes))
     env = build_env(config)
-    task = env.task
+    inner = env
+    while hasattr(inner, "inner"):  # a history window's wrapper: the task and simulator are the inner env's
+        inner = inner.inner
+    task = inner.task
     obs = env.reset(seed=seed)
     alive = torch.ones(episodes, dtype=torch.bool)  # rows still in their first episode
     fell = torch.zeros(episodes, dtype=torch.bool)
@@ -72,7 +75,7 @@ def evaluate(run_dir: Path, episodes: int, seed: int) -> dict:
         previous = command
         action, _ = policy.act(obs, deterministic=True)
         obs, _, terminated, truncated, _ = env.step(action)
-        signals = Signals(env.physics.state(), task.robot, task.context)
+        signals = Signals(inner.physics.state(), task.robot, task.context)
         velocity_error = (command[:, :2] - signals.base_lin_vel[:, :2]).norm(dim=1).float()
         yaw_error = (command[:, 2] - signals.base_ang_vel[:, 2]).abs().float()
         done = terminated | truncated
