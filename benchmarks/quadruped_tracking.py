@@ -120,6 +120,16 @@ def train(config: str, seeds: list[int], total_steps: int, root: Path, extra: li
     return runs
 
 
+def _terrain_state(state: dict) -> dict:
+    """The terrain rows' state (level, column...) inside an env's state, a wrapper's (a history window) included."""
+    if "level" in state and "column" in state:
+        return state
+    for value in state.values():
+        if isinstance(value, dict) and (found := _terrain_state(value)):
+            return found
+    return {}
+
+
 def terrain_report(run_dir: Path) -> None:
     """The curriculum's course (progress.csv) and where it left the rows (the last checkpoint); nothing off terrain."""
     rows = list(csv.DictReader((run_dir / "progress.csv").open()))
@@ -133,7 +143,7 @@ def terrain_report(run_dir: Path) -> None:
         levels = " ".join(f"{float(row[f'env/terrain_level/{name}'] or 'nan'):11.2f}" for name in types)
         mean = float(row["env/terrain_level"])
         print(f"{int(row['env_steps']):9d} {float(row['wall_time']):7.0f} | {mean:5.2f} | {levels}")
-    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["loop"]["env"]["task"]["terrain"]
+    state = _terrain_state(torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["loop"]["env"])
     config, _ = load_policy(run_dir)
     terrain = config.task.terrain
     from robopt.envs.robot.terrain import column_types
