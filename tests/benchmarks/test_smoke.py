@@ -136,6 +136,7 @@ SMOKES = {
     "recurrent_latency.py": Smoke((rf"^ +mlp: median +{NUMBER} us", rf"^gru / mlp median: {NUMBER}")),
     "robot_throughput.py": Smoke((rf"^ +4 +1 \| +{NUMBER} \| +{NUMBER} \| {NUMBER} \| ",)),
     "terrain_cost.py": Smoke((rf"^ +1 terrain +yes \| +{NUMBER} \| +{NUMBER}x \| ",)),
+    "symmetry.py": Smoke((rf"^plain \| .* \| {NUMBER} \| ", rf"^mirrored \| .* \| {NUMBER} \| ")),
     "sac_vs_sb3.py": Smoke((rf"^sb3 +{NUMBER} ", rf"^robopt +{NUMBER} ", rf"robopt / sb3 \(CPU-time\): {NUMBER}x")),
     "sweep_throughput.py": Smoke(
         (r"^one after another: 1 runs in", r"^robopt sweep: +1 trials in", rf"^speed-up: {NUMBER}x"), group="ray"
