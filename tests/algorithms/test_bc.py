@@ -235,9 +235,8 @@ def test_robopt_pretrain_writes_a_run_directory_and_refuses_other_kinds(tmp_path
     assert list(run_dir.glob("events.out.tfevents*")) or list(run_dir.glob("**/events.out.tfevents*"))
     refused = CliRunner().invoke(app, ["pretrain", str(ROOT / "configs/ppo_pendulum.yaml")])
     assert refused.exit_code == 2
-    assert (
-        refused.stderr.strip() == "robopt: error: robopt pretrain runs bc; algo.name=ppo is trained with `robopt train`"
-    )
+    expected = "robopt: error: robopt pretrain runs bc, distill; algo.name=ppo is trained with `robopt train`"
+    assert refused.stderr.strip() == expected
 
 
 def test_resuming_a_finished_bc_run_trains_no_further(tmp_path, dataset_root):
