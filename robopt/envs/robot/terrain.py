@@ -22,9 +22,10 @@ Types, with d the tile's difficulty and each range ``[at d = 0, at d = 1]`` a co
 The whole grid is one ``hfield`` geom at ``resolution`` (m between samples) in one static body, ``robopt_terrain``,
 which the feet's contact sensors read. Stairs and boxes are laid out as boxes with their edges on sample lines and
 written into the heightfield: a sample on or inside a box's edge takes its top, so each riser is a ramp one sample
-wide at its foot (0.1 m for a 0.23 m riser at the default resolution; halve the resolution to halve it). Box geoms would make risers vertical, but MuJoCo poses and bounds every geom at every step: the default grid's
-3300 boxes made the quadruped's physics step 7 times as long as on the flat floor (benchmarks/terrain_cost.py), the
-heightfield costs about what the floor does.
+wide at its foot (0.1 m for a 0.23 m riser at the default resolution; halve the resolution to halve it). Box geoms
+would make risers vertical, but MuJoCo poses and bounds every geom at every step: the default grid's 3300 boxes made
+the quadruped's physics step 7 times as long as on the flat floor (benchmarks/terrain_cost.py); the heightfield
+costs 1.5 times the floor's.
 
 ``TerrainTables.height(xy)`` is the terrain's height under world points, from the same samples the model holds: the
 heightfield's triangles as MuJoCo collides with them (each cell split along the diagonal from its (x0, y0) corner to
