@@ -27,8 +27,7 @@ from robopt.envs.render import CameraView
 from robopt.envs.robot.command_curriculum import CommandCurriculum
 from robopt.envs.robot.commands import Command, parse_command
 from robopt.envs.robot.config import TaskConfig, parse_task_terms
-from robopt.envs.robot.library import REGISTRY
-from robopt.envs.robot.mirror import Mirror
+from robopt.envs.robot.mirror import Mirror, task_mirror
 from robopt.envs.robot.model import RobotModel
 from robopt.envs.robot.scene import table_view
 from robopt.envs.robot.signals import Context, Signals, quat_multiply, yaw_quat
@@ -180,7 +179,6 @@ class TermTask:
         """Build the context and the stateful terms from a first state; every term is run once, so a hook that fails
         or returns the wrong shape is a one-line ValueError here, not a traceback in training."""
         n, a = self.num_envs, self.robot.qpos_index.numel()
-        self._first_state = state  # what ``mirror`` runs the terms on to learn their widths
         zeros = lambda *shape: torch.zeros(*shape, device=self.device, dtype=self.dtype)  # noqa: E731
         if self.command is not None:
             command = self.command.bind(n, self.device, self.dtype, self.dt)
@@ -213,7 +211,8 @@ class TermTask:
         self.bias = zeros(n, self.obs_width)  # [N, D] per-episode observation offsets
         self.frame = zeros(n, self.obs_width)  # [N, D] the current observation
         if self.critic_terms:
-            self.privileged_dim = sum(part.shape[1] for part in self._run_checked("critic", signals))
+            self.critic_widths = [part.shape[1] for part in self._run_checked("critic", signals)]
+            self.privileged_dim = sum(self.critic_widths)
         self.success_held = torch.zeros(n, dtype=torch.long, device=self.device)  # [N] steps it has held
         self.success_score: torch.Tensor | None = None  # [N] the success term's score, where it has one
         for section in ("success", "rewards", "terminations"):
@@ -397,41 +396,8 @@ class TermTask:
         self.frame[rows] = self._frame(signals)[rows]
 
     def mirror(self) -> dict[str, Mirror]:
-        """The left-right mirror of the observation [D], the action [A] and the privileged block [P] (when the task
-        has critic terms), from each term's declared mirror and ``robot.mirror``; a one-line ValueError naming a term
-        without one."""
-        out = {"action": self._mirror_of(None)}
-        for key, section in (("obs", "observations"), ("privileged", "critic")):
-            if self._bound[section]:
-                out[key] = self._mirror_of(section)
-        return out
-
-    def _mirror_of(self, section: str | None) -> Mirror:
-        if self.robot.mirror is None:
-            raise ValueError("symmetry needs robot.mirror (the left-right name pairs, e.g. [[FL_, FR_], [RL_, RR_]])")
-        if section is None:
-            return self.robot.mirror.joints
-        signals = Signals(self._first_state, self.robot, self.context)
-        parts = []
-        for entry, fn in self._bound[section]:
-            width = _call(entry, fn, signals, section).shape[1]
-            declared = entry.info.mirror
-            if declared is None:
-                mirrored = sorted(name for name, info in REGISTRY[entry.kind].items() if info.mirror is not None)
-                raise ValueError(
-                    f"task.{section}.{entry.name} has no mirror, so symmetry cannot mirror the {section}; terms "
-                    f"with one: {', '.join(mirrored)}"
-                )
-            try:
-                part = declared(self, entry.params, width)
-            except ValueError as error:
-                raise ValueError(f"task.{section}.{entry.name}: {error}") from None
-            if part.perm.numel() != width:
-                raise ValueError(
-                    f"task.{section}.{entry.name}: its mirror has {part.perm.numel()} elements, not {width}"
-                )
-            parts.append(part)
-        return Mirror.cat(parts)
+        """The left-right mirror of the observation, the action and the privileged block (``task_mirror``)."""
+        return task_mirror(self)
 
     def privileged(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
         signals = Signals(state, self.robot, self.context)

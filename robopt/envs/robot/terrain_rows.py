@@ -30,6 +30,10 @@ class TerrainRows:
         self.level = torch.zeros(num_envs, dtype=torch.long)  # [N]
         self.started = torch.zeros(num_envs, dtype=torch.bool)  # [N] rows that have had an episode
         self.start = torch.zeros(num_envs, 2, dtype=torch.float64)  # [N, 2] world x, y where the episode began
+        types = tables.types
+        self._of_type = {  # the rows of each type present (their columns never change)
+            name: torch.tensor([types[c] == name for c in self.column.tolist()]) for name in dict.fromkeys(types)
+        }
 
     def place(
         self, rows: torch.Tensor, base_xy: torch.Tensor, command_speed: torch.Tensor, ended: bool, generator
@@ -62,12 +66,9 @@ class TerrainRows:
     def log(self) -> dict[str, torch.Tensor]:
         """The mean level (``terrain_level``) and its mean per type (``terrain_level/<type>``), in levels."""
         out = {"terrain_level": self.level.double().mean()}
-        types = self.tables.types
-        for name in dict.fromkeys(types):
-            columns = torch.tensor([c for c, kind in enumerate(types) if kind == name])
-            chosen = torch.isin(self.column, columns)
-            if bool(chosen.any()):
-                out[f"terrain_level/{name}"] = self.level[chosen].double().mean()
+        for name, rows in self._of_type.items():
+            if bool(rows.any()):
+                out[f"terrain_level/{name}"] = self.level[rows].double().mean()
         return out
 
     def state_dict(self) -> dict[str, torch.Tensor]:
