@@ -197,39 +197,3 @@ def command(task, params: dict, width: int) -> Mirror:
     if signs is None:
         raise ValueError(f"a {task.command.kind} command has no mirror; symmetry needs one (velocity has)")
     return Mirror.signs(*signs)
-
-
-def task_mirror(task) -> dict[str, Mirror]:
-    """A ``TermTask``'s mirrors: ``action`` (the robot's joints), ``obs`` [D] and, with critic terms, ``privileged``
-    [P], each term's declared mirror at the width it had when the task was bound; a one-line ValueError naming a
-    term without one."""
-    if task.robot.mirror is None:
-        raise ValueError("symmetry needs robot.mirror (the left-right name pairs, e.g. [[FL_, FR_], [RL_, RR_]])")
-    out = {"action": task.robot.mirror.joints}
-    for key, section, widths in (
-        ("obs", "observations", task.term_widths),
-        ("privileged", "critic", getattr(task, "critic_widths", [])),
-    ):
-        if task.sections[section]:
-            out[key] = Mirror.cat([_term_mirror(task, section, entry, width) for entry, width in
-                                   zip(task.sections[section], widths, strict=True)])  # fmt: skip
-    return out
-
-
-def _term_mirror(task, section: str, entry, width: int) -> Mirror:
-    declared = entry.info.mirror
-    if declared is None:
-        from robopt.envs.robot.library import REGISTRY
-
-        mirrored = sorted(name for name, info in REGISTRY[entry.kind].items() if info.mirror is not None)
-        raise ValueError(
-            f"task.{section}.{entry.name} has no mirror, so symmetry cannot mirror the {section}; terms with one: "
-            f"{', '.join(mirrored)}"
-        )
-    try:
-        part = declared(task, entry.params, width)
-    except ValueError as error:
-        raise ValueError(f"task.{section}.{entry.name}: {error}") from None
-    if part.perm.numel() != width:
-        raise ValueError(f"task.{section}.{entry.name}: its mirror has {part.perm.numel()} elements, not {width}")
-    return part

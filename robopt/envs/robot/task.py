@@ -27,10 +27,11 @@ from robopt.envs.render import CameraView
 from robopt.envs.robot.command_curriculum import CommandCurriculum
 from robopt.envs.robot.commands import Command, parse_command
 from robopt.envs.robot.config import TaskConfig, parse_task_terms
-from robopt.envs.robot.mirror import Mirror, task_mirror
+from robopt.envs.robot.mirror import Mirror
 from robopt.envs.robot.model import RobotModel
 from robopt.envs.robot.scene import table_view
 from robopt.envs.robot.signals import Context, Signals, quat_multiply, yaw_quat
+from robopt.envs.robot.task_mirror import task_mirror
 from robopt.envs.robot.terms import Term
 from robopt.envs.robot.terrain_rows import TerrainRows
 from robopt.envs.tasks.base import uniform as draw_uniform
