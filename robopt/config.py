@@ -153,6 +153,11 @@ class Experiment:
     total_steps: int = option(1_000_000, "environment steps to train for (summed over envs)")
     device: str = option("cpu", "torch device for policy, storage and (native) simulation")
     torch_threads: int = option(0, "torch intra-op threads (0: auto, 1 on CPU where small networks gain nothing)")
+    update_threads: int = option(
+        0,
+        "on-policy: torch intra-op threads during the update only, when the simulator's threads are idle (0: as "
+        "torch_threads; e.g. 2 on a 2-core machine where the physics uses both cores while collecting)",
+    )
     env: EnvConfig = option(EnvConfig(), "environment")
     sections: dict = option({}, "the feature sections by name (read as attributes: config.algo)")
     log: LogConfig = option(LogConfig(), "logging and checkpoints")

@@ -69,6 +69,7 @@ def on_policy(make: Callable) -> Callable:
             update_policy_normalizer=not frozen_statistics,
             collective=collective,
             hooks=hooks,
+            update_threads=config.update_threads,
         )
 
     build.make = make  # the update's constructor, for scripts that assemble a loop by hand (benchmarks/fpo_cost.py)

@@ -22,6 +22,8 @@ language run's group-relative advantages, DAPO's dynamic sampling and task count
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -91,6 +93,20 @@ class LoopHooks:
         """Called when the run has several ranks: a one-line ConfigError for what the variant cannot do there."""
 
 
+@contextmanager
+def intra_op_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``threads`` inside (0: unchanged), restored after."""
+    before = torch.get_num_threads()
+    if threads <= 0 or threads == before:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 class OnPolicyLoop:
     """Owns the env, the current observation and the rollout storage; one call to ``iteration`` = one update."""
 
@@ -107,7 +123,11 @@ class OnPolicyLoop:
         update_policy_normalizer: bool = True,
         collective: Collective = LOCAL,
         hooks: LoopHooks | None = None,
+        update_threads: int = 0,
     ) -> None:
+        if update_threads < 0:
+            raise ConfigError(f"update_threads must be >= 0 (0: as torch_threads), got {update_threads}")
+        self.update_threads = update_threads  # intra-op threads of the update (0: those of collection)
         self.env, self.policy, self.critic, self.algorithm, self.rollout = env, policy, critic, algorithm, rollout
         self.collective = collective  # data-parallel: this rank's envs are one share of the run's
         self.hooks = LoopHooks() if hooks is None else hooks  # a variant's (group sampling), or none
@@ -285,7 +305,8 @@ class OnPolicyLoop:
         elif self.iteration_count <= self.critic_warmup:
             metrics = self.warm_up_critic(batch)
         else:
-            metrics = self.algorithm.update(batch, progress)
+            with intra_op_threads(self.update_threads):
+                metrics = self.algorithm.update(batch, progress)
         values = {k: float(v) for k, v in self.collective.mean_dict(metrics).items()}
         values.update(self.hooks.metrics())
         values.update(self.env_log.values())

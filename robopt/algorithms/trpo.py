@@ -32,6 +32,7 @@ from robopt.core.surrogates import masked_mean, surrogate
 from robopt.core.trust_region import TrustRegionConfig, TrustRegionUpdater
 from robopt.core.updaters import FirstOrderUpdater
 from robopt.options import ConfigError, option
+from robopt.policies.cells import write_out
 from robopt.policies.recurrent import check_sequence_minibatch
 
 
@@ -112,6 +113,7 @@ class TRPO:
         self.config, self.policy, self.critic = config, policy, critic
         if memory_width(policy) > 0:
             self._check_recurrent(policy, config)
+            write_out(policy)  # the Fisher-vector products differentiate the KL twice; the critic keeps the fused pass
         self.ratio: RatioControl = config.ratio
         self.actor_updater = TrustRegionUpdater(policy.parameters(), config.trust_region())
         max_norm = config.max_grad_norm if config.max_grad_norm > 0 else None

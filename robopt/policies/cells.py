@@ -6,8 +6,11 @@ Shapes: N rows, S sequences, L steps per sequence, H hidden size, G gates (GRU 3
 
 The cells are written out (Cho et al. 2014 for the GRU, Hochreiter & Schmidhuber 1997 with a forget gate for the
 LSTM, in PyTorch's gate order and parameter layout, checked against ``torch.nn.GRUCell``/``LSTMCell``): their
-gradients are plain autograd (TRPO's Fisher-vector products differentiate twice), the input projection of a whole
-sequence is one matrix product, and ONNX and TorchScript export them as ordinary operators.
+step-by-step gradients are plain autograd, the input projection of a whole sequence is one matrix product, and ONNX
+and TorchScript export them as ordinary operators. Over a sequence (PPO's minibatches, the critic's rollout pass)
+the torso runs ``robopt.policies.fused_cells``: the same forward operators with a hand-written backward pass, about
+a third of autograd's operators per step. That backward is differentiable once, so a torso that must be
+differentiated twice (TRPO's Fisher-vector products) is switched to the written-out cells by ``write_out``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 from torch import nn
 
 from robopt.options import option
+from robopt.policies.fused_cells import GRUSequence, LSTMSequence
 
 CELLS = ("none", "gru", "lstm")
 GATES = {"gru": 3, "lstm": 4}
@@ -57,6 +61,7 @@ class RecurrentTorso(nn.Module):
         if cell not in GATES:
             raise ValueError(f"unknown recurrent cell {cell!r}; allowed: {', '.join(GATES)}")
         self.cell, self.hidden, self.layers = cell, hidden, layers
+        self.fused = True  # sequences through fused_cells (differentiable once); write_out turns it off
         gates = GATES[cell] * hidden
         bound = 1.0 / math.sqrt(hidden)  # PyTorch's initialization of its recurrent layers
         widths = [in_dim] + [hidden] * (layers - 1)
@@ -124,8 +129,10 @@ class RecurrentTorso(nn.Module):
         Returns the outputs [S, L, H] and the state after each step [S, L, M] (before the next step's reset). Each
         layer's input projection of the whole sequence is one matrix product; the recurrence loops over L.
         """
-        keep = (~episode_start).to(x.dtype).unsqueeze(-1).unbind(1)  # L of [S, 1]
         resets = episode_start.any(0).tolist()  # [L]: steps where some row starts (one host read per call)
+        if self.fused:
+            return self._fused_sequence(x, state, episode_start, resets)
+        keep = (~episode_start).to(x.dtype).unsqueeze(-1).unbind(1)  # L of [S, 1]
         states, after = self._split(state), []
         for layer in range(self.layers):
             weight, bias = self.weight_hh[layer], self.bias_hh[layer]  # fetched once, not once per step
@@ -141,6 +148,24 @@ class RecurrentTorso(nn.Module):
             after.append(torch.stack(layer_after, dim=1))
         return x, after[0] if self.layers == 1 else torch.cat(after, dim=-1)
 
+    def _fused_sequence(self, x, state, episode_start, resets):
+        """``sequence`` through ``fused_cells``: time-major inside, one autograd node per layer's recurrence."""
+        keep = (~episode_start).to(x.dtype).t().unsqueeze(-1).contiguous() if any(resets) else None  # [L, S, 1]
+        x = x.transpose(0, 1)  # [L, S, in]
+        states, after = self._split(state), []
+        for layer in range(self.layers):
+            projected = torch.nn.functional.linear(x, self.weight_ih[layer], self.bias_ih[layer])  # [L, S, G H]
+            weight, bias = self.weight_hh[layer], self.bias_hh[layer]
+            if self.cell == "gru":
+                x = GRUSequence.apply(projected, states[layer], keep, weight, bias, resets)
+                after.append(x)
+            else:
+                h, c = states[layer].split(self.hidden, dim=-1)
+                x, c = LSTMSequence.apply(projected, h, c, keep, weight, bias, resets)
+                after.append(torch.cat((x, c), dim=-1))
+        after = after[0] if self.layers == 1 else torch.cat(after, dim=-1)
+        return x.transpose(0, 1), after.transpose(0, 1)
+
     def over_rows(self, x: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor, length: int, what: str):
         """The outputs [B, H] of rows that are whole sequences of ``length`` steps in time order: x [B, in], the state
         of each row [B, M] (each sequence starts from its first row's) and ``episode_start`` [B]."""
@@ -154,3 +179,11 @@ def sequences(tensor: torch.Tensor, length: int, what: str) -> torch.Tensor:
     if tensor.shape[0] % length != 0:
         raise ValueError(f"{what}: {tensor.shape[0]} rows are not whole sequences of {length} steps")
     return tensor.reshape(tensor.shape[0] // length, length, *tensor.shape[1:])
+
+
+def write_out(module: nn.Module) -> None:
+    """Every recurrent torso in ``module`` runs its sequences through the written-out cells, whose autograd graph can
+    be differentiated twice (TRPO's Fisher-vector products), instead of the fused, once-differentiable pass."""
+    for torso in module.modules():
+        if isinstance(torso, RecurrentTorso):
+            torso.fused = False

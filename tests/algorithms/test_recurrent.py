@@ -76,6 +76,8 @@ def test_ppo_and_trpo_update_on_sequences(algo):
     assert any(not torch.equal(b, p) for b, p in zip(before, loop.policy.memory.parameters()))  # the GRU learned
     state = loop.state_dict()
     assert set(state["memory"]) == {"actor", "critic"}
+    # TRPO differentiates the actor's KL twice: its torso runs the written-out cells; every other torso is fused
+    assert loop.policy.memory.fused == (algo["name"] != "trpo") and loop.critic.memory.fused
 
 
 def test_resume_continues_the_memories():
@@ -161,3 +163,20 @@ def test_a_fleet_with_a_recurrent_policy_is_refused_before_anything_starts():
     with pytest.raises(ConfigError, match="algo.name=sac cannot use it") as error:
         build_loop(config, initialize=True)
     assert "\n" not in str(error.value)
+
+
+def test_update_threads_apply_to_the_update_only():
+    """``update_threads``: torch's intra-op threads during the update, restored for the next collection; a negative
+    count is one line."""
+    from robopt.config import ConfigError
+
+    data = config_to_dict(_config())
+    data.update(update_threads=2, torch_threads=1)
+    loop = build_loop(build_dataclass(ExperimentConfig, data), initialize=True)
+    seen, update = [], loop.algorithm.update
+    loop.algorithm.update = lambda *args: seen.append(torch.get_num_threads()) or update(*args)
+    loop.iteration(0.0)
+    assert seen == [2] and torch.get_num_threads() == 1
+    data["update_threads"] = -1
+    with pytest.raises(ConfigError, match="update_threads must be >= 0"):
+        build_loop(build_dataclass(ExperimentConfig, data), initialize=True)
