@@ -149,6 +149,9 @@ def evaluate(
     video: Path | None = typer.Option(None, "--video", help="also record one episode to this MP4 file"),
     seed: int = typer.Option(10_000, "--seed", help="evaluation seed"),
     video_steps: int = typer.Option(1000, "--video-steps", help="at most this many env steps in the video"),
+    video_fps: float = typer.Option(
+        30.0, "--video-fps", help="frames drawn per second of the episode (every k-th control step; real time)"
+    ),
     pass_k: int = typer.Option(0, "--pass-k", help="language runs: also pass@K over the held-out prompts (1..64)"),
 ) -> None:
     """Mean and std of the deterministic policy's return over N episodes (language runs: held-out accuracy)."""
@@ -186,9 +189,9 @@ def evaluate(
     if video is not None:
         try:
             if expert is None:
-                frames = record_video(run_dir, video, seed=seed, max_steps=video_steps)
+                frames = record_video(run_dir, video, seed=seed, max_steps=video_steps, fps=video_fps)
             else:
-                frames = record_expert_video(expert, video, seed=seed, max_steps=video_steps)
+                frames = record_expert_video(expert, video, seed=seed, max_steps=video_steps, fps=video_fps)
         except ConfigError as error:
             _fail(str(error))
         except Exception as error:  # rendering needs an OpenGL backend (MUJOCO_GL=egl or osmesa) and the env's renderer

@@ -22,7 +22,13 @@ from robopt.build import (
 )
 from robopt.checkpoint import LAST_CHECKPOINT, load_checkpoint
 from robopt.config import ConfigError
-from robopt.envs.render import DEFAULT_HEIGHT, DEFAULT_WIDTH, NativeRowRenderer, gymnasium_camera_kwargs
+from robopt.envs.render import (
+    DEFAULT_HEIGHT,
+    DEFAULT_VIDEO_FPS,
+    DEFAULT_WIDTH,
+    NativeRowRenderer,
+    gymnasium_camera_kwargs,
+)
 from robopt.experiment import ExperimentConfig, load_config, load_run_config
 from robopt.options import WARP_ONLY_OPTIONS
 from robopt.policies.recurrent import PolicyActor
@@ -204,17 +210,36 @@ def evaluate_expert(config_path: Path, episodes: int = 10, seed: int = 10_000) -
 
 @torch.no_grad()
 def record_expert_video(
-    config_path: Path, path: Path, seed: int = 10_000, max_steps: int = 1000, progress: bool = True
+    config_path: Path,
+    path: Path,
+    seed: int = 10_000,
+    max_steps: int = 1000,
+    progress: bool = True,
+    fps: float = DEFAULT_VIDEO_FPS,
 ) -> int:
     """Film one episode of the scripted expert of a robot task's config, as ``record_video`` films a run."""
-    if max_steps < 0:
-        raise ConfigError(f"video max_steps must be at least 0, got {max_steps}")
+    _check_video(max_steps, fps)
     env, act, _ = task_expert_env(Path(config_path), 1, seed)
     try:
-        frames = _native_frames(env, ScriptedPolicy(act, env), seed, max_steps, DEFAULT_WIDTH, DEFAULT_HEIGHT)
-        return _write_video(Path(path), frames, round(1.0 / env.dt), max_steps + 1, progress)
+        every = frame_stride(1.0 / env.dt, fps)
+        frames = _native_frames(env, ScriptedPolicy(act, env), seed, max_steps, DEFAULT_WIDTH, DEFAULT_HEIGHT,
+                                every=every)  # fmt: skip
+        return _write_video(Path(path), frames, 1.0 / (env.dt * every), max_steps // every + 1, progress)
     finally:
         env.close()
+
+
+def frame_stride(control_rate: float, fps: float) -> int:
+    """Env steps per video frame: the control rate brought down to about ``fps`` by drawing every k-th step (k >= 1,
+    the nearest whole number), so the video plays in real time at control_rate / k frames per second."""
+    return max(1, round(control_rate / fps))
+
+
+def _check_video(max_steps: int, fps: float) -> None:
+    if max_steps < 0:
+        raise ConfigError(f"video max_steps must be at least 0, got {max_steps}")
+    if not fps > 0:
+        raise ConfigError(f"video fps must be > 0 (frames drawn per second of the episode), got {fps}")
 
 
 @torch.no_grad()
@@ -223,7 +248,7 @@ def record_video(
     path: Path,
     seed: int = 10_000,
     max_steps: int = 1000,
-    fps: int | None = None,
+    fps: float = DEFAULT_VIDEO_FPS,
     width: int = DEFAULT_WIDTH,
     height: int = DEFAULT_HEIGHT,
     progress: bool = True,
@@ -236,11 +261,12 @@ def record_video(
     frames rendered on stderr (software rendering on a CPU-only machine: 0.05-0.15 s per 640x480 frame).
     Without a display, set ``MUJOCO_GL=egl`` (or ``osmesa``) before ``mujoco`` is first imported.
     A policy acting in chunks of H > 1 actions (``policy.horizon``) has each deterministic chunk played one action
-    per step (one frame per step of the task, ``max_steps`` counting those steps), on the inner env of its
-    ``ActionChunkEnv`` or the Gymnasium env.
+    per step (``max_steps`` counting those steps), on the inner env of its ``ActionChunkEnv`` or the Gymnasium env.
+    Frames are drawn at about ``fps`` per second of the episode, not at every control step: every k-th step
+    (``frame_stride``; a 50 Hz task at the default 30 fps draws every 2nd step and plays at 25 fps), the video in
+    real time. Rendering is most of a video's time, so this divides it by k.
     """
-    if max_steps < 0:
-        raise ConfigError(f"video max_steps must be at least 0, got {max_steps}")
+    _check_video(max_steps, fps)
     if width < 16 or height < 16:
         raise ConfigError(f"video size must be at least 16x16 pixels, got {width}x{height}")
     config = load_run_config(run_dir)
@@ -252,15 +278,17 @@ def record_video(
     horizon = getattr(config.policy, "horizon", 1)  # actions per decision (build_env chunks the env when > 1)
     if config.env.backend == "gymnasium":
         env = _make_gymnasium_render_env(config, width, height)
-        frames = _gymnasium_frames(env, policy, seed, max_steps, horizon)
-        default_fps = int(env.metadata.get("render_fps", 30))
+        rate = float(env.metadata.get("render_fps", 30))  # a MuJoCo v5 env's control rate, 1 / dt
+        every = frame_stride(rate, fps)
+        frames = _gymnasium_frames(env, policy, seed, max_steps, horizon, every=every)
     else:
         env = build_env(config, num_envs=1)
         inner = env.inner if horizon > 1 else env  # the ActionChunkEnv's task env: its physics, one action a step
-        frames = _native_frames(inner, policy, seed, max_steps, width, height, horizon)
-        default_fps = round(1.0 / inner.dt)
+        rate = 1.0 / inner.dt
+        every = frame_stride(rate, fps)
+        frames = _native_frames(inner, policy, seed, max_steps, width, height, horizon, every=every)
     try:
-        return _write_video(Path(path), frames, fps or default_fps, max_steps + 1, progress)
+        return _write_video(Path(path), frames, rate / every, max_steps // every + 1, progress)
     finally:
         env.close()
 
@@ -315,8 +343,9 @@ def _deterministic_chunk(policy, obs: torch.Tensor, horizon: int) -> torch.Tenso
     return chunk.reshape(1, horizon, -1).transpose(0, 1)  # step h is chunk[:, h * A:(h + 1) * A]
 
 
-def _gymnasium_frames(env, policy, seed: int, max_steps: int, horizon: int = 1) -> Iterator[np.ndarray]:
-    """Frames [H, W, 3] of one Gymnasium episode: the reset state, then one after each step (each chunk action)."""
+def _gymnasium_frames(env, policy, seed: int, max_steps: int, horizon: int = 1, every: int = 1) -> Iterator[np.ndarray]:
+    """Frames [H, W, 3] of one Gymnasium episode: the reset state, then one after every ``every``-th step (each
+    chunk action counts as a step)."""
     obs, _ = env.reset(seed=seed)
     yield env.render()
     device = policy.action_low.device
@@ -326,15 +355,17 @@ def _gymnasium_frames(env, policy, seed: int, max_steps: int, horizon: int = 1) 
         for action in _deterministic_chunk(policy, obs, horizon)[: max_steps - steps]:  # [1, A] each
             obs, _, terminated, truncated, _ = env.step(action[0].cpu().numpy())
             steps += 1
-            yield env.render()
+            if steps % every == 0:
+                yield env.render()
             if terminated or truncated:
                 return
 
 
 def _native_frames(
-    env, policy, seed: int, max_steps: int, width: int, height: int, horizon: int = 1
+    env, policy, seed: int, max_steps: int, width: int, height: int, horizon: int = 1, every: int = 1
 ) -> Iterator[np.ndarray]:
-    """Frames [H, W, 3] of row 0's first episode: the reset state, then one after each step (each chunk action).
+    """Frames [H, W, 3] of row 0's first episode: the reset state, then one after every ``every``-th step (each
+    chunk action counts as a step).
 
     ``env`` is the task env itself (an ActionChunkEnv's ``inner``), stepped one action [1, A] at a time. The env
     resets a row inside the step that ends its episode, so that step's state is gone by the time it could be
@@ -352,12 +383,13 @@ def _native_frames(
                 steps += 1
                 if bool(terminated[0] | truncated[0]):
                     return
-                yield renderer.render()
+                if steps % every == 0:
+                    yield renderer.render()
     finally:
         renderer.close()
 
 
-def _write_video(path: Path, frames: Iterator[np.ndarray], fps: int, max_frames: int, progress: bool) -> int:
+def _write_video(path: Path, frames: Iterator[np.ndarray], fps: float, max_frames: int, progress: bool) -> int:
     """Stream frames to an MP4 file (never all in memory) with a progress display; returns the frame count."""
     import imageio
 

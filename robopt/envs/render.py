@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
+DEFAULT_VIDEO_FPS = 30.0  # frames drawn per second of an episode (a video frame rate, not the control rate)
 DEFAULT_WIDTH, DEFAULT_HEIGHT = 640, 480  # the models' default offscreen buffer (visual/global offwidth/offheight)
 
 

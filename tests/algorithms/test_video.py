@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from robopt.config import ConfigError
 from robopt.envs.registry import make_env
 from robopt.envs.render import TASK_CAMERAS, CameraView, NativeRowRenderer, gymnasium_camera_kwargs
 from robopt.evaluation import FrameProgress, record_video, video_config
@@ -175,9 +176,16 @@ def test_record_video_of_a_randomized_native_run(tmp_path):
     run_dir = train(config).run_dir
     path = tmp_path / "video" / "cheetah.mp4"
     frames = record_video(run_dir, path, max_steps=12, width=WIDTH, height=HEIGHT, progress=False)
-    assert frames == 13  # the reset state and one frame per step
+    assert frames == 13  # HalfCheetah's 20 Hz is under the default 30 fps: the reset state and one frame per step
     video = imageio.mimread(str(path))
     assert len(video) == 13 and video[0].shape == (HEIGHT, WIDTH, 3)
+    # at 10 frames per second of the episode: every 2nd step drawn (reset, steps 2, 4, .. 12), played at 10 fps
+    sparse = tmp_path / "video" / "sparse.mp4"
+    assert record_video(run_dir, sparse, max_steps=12, fps=10, width=WIDTH, height=HEIGHT, progress=False) == 7
+    with imageio.get_reader(str(sparse)) as reader:
+        assert reader.get_meta_data()["fps"] == pytest.approx(10.0)
+    with pytest.raises(ConfigError, match="video fps must be > 0"):
+        record_video(run_dir, sparse, fps=0, progress=False)
 
 
 @pytest.mark.parametrize("task_name", sorted(TASK_CAMERAS))

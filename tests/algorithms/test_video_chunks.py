@@ -106,7 +106,8 @@ def test_native_chunks_are_filmed_one_step_at_a_time(native_run, tmp_path):
     assert np.abs(actions[0] - actions[1]).max() > 1e-4  # the chunk's two actions differ: their order is checked
     assert frames[0].std() > 1.0  # a drawn scene, not a blank image
     path = tmp_path / "hopper.mp4"
-    assert record_video(native_run, path, max_steps=5, width=WIDTH, height=HEIGHT, progress=False) == 6
+    # fps above Hopper's 125 Hz control rate: every step drawn (the default 30 fps draws every 4th)
+    assert record_video(native_run, path, max_steps=5, fps=1000, width=WIDTH, height=HEIGHT, progress=False) == 6
     assert len(imageio.mimread(str(path))) == 6
 
 
@@ -114,7 +115,8 @@ def test_native_video_stops_at_a_mid_chunk_episode_end(tmp_path):
     run = tiny_dppo_run(tmp_path, "env.id=mujoco/Hopper", "env.backend=mujoco", "env.kwargs={max_episode_steps: 3}")
     # time limit 3 inner steps (chunks: steps 1-2, then step 3 ends the episode in the second chunk): the native
     # video draws the reset and steps 1 and 2 (the ending step's state is reset away) -> 3 frames
-    assert record_video(run, tmp_path / "short.mp4", max_steps=10, width=WIDTH, height=HEIGHT, progress=False) == 3
+    assert record_video(run, tmp_path / "short.mp4", max_steps=10, fps=1000, width=WIDTH, height=HEIGHT,
+                        progress=False) == 3  # fmt: skip
 
 
 def test_gymnasium_chunks_are_filmed_one_step_at_a_time(gymnasium_run):
