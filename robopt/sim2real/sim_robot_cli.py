@@ -45,7 +45,12 @@ def register(app: typer.Typer, fail: Callable[..., None]) -> None:
             help="--zenoh: find and be found by other Zenoh peers through multicast scouting (off: only --connect and "
             "--listen endpoints; two robots on one machine then never see each other's topics)",
         ),
-        command_topic: str = typer.Option("/robopt/command", "--command-topic", help="--ros2/--zenoh: command topic"),
+        command_topic: str | None = typer.Option(
+            None,
+            "--command-topic",
+            help="--ros2/--zenoh: command topic (default: /joint_group_position_controller/commands for a robot from "
+            "its description, as configs/deploy/*_ros2.yaml send; /robopt/command otherwise, the default deploy map's)",
+        ),
         cmd_vel: str | None = typer.Option(
             None,
             "--cmd-vel",

@@ -13,7 +13,9 @@ and takes ``std_msgs/Float64MultiArray`` commands on ``--command-topic`` (``/rob
 forward command controllers take the same message on ``/<controller>/commands``), clipped into the action bounds.
 A robot from its description (a config or run directory with ``env.id: robot``) publishes ``/joint_states`` by
 joint name, ``/imu`` and ``/odom`` instead and takes joint position targets in radians
-(``robopt.sim2real.robot_topics``); ``cmd_vel_topic`` scores a Twist command against its body velocity.
+(``robopt.sim2real.robot_topics``) on ``/joint_group_position_controller/commands`` by default, where the shipped
+ROS 2 deploy configs send them (a ros2_control forward position controller's topic); ``cmd_vel_topic`` scores a
+Twist command against its body velocity.
 
 As the UDP server (``robopt.sim2real.server``): it waits for the first command before it steps (publishing the
 reset observation every period, so a deploy runtime sees the robot and starts), every message in either direction
@@ -37,6 +39,9 @@ from robopt.sim2real.serving import COMMAND_TIMEOUT_PERIODS, ServeResult, check_
 from robopt.sim2real.transport import Qos
 
 JOINT_STATES, OBSERVATION, COMMAND = "/joint_states", "/robopt/observation", "/robopt/command"
+# A robot from its description takes joint position targets where a ros2_control forward position controller would,
+# the topic configs/deploy/quadruped_ros2.yaml (and any ros2_control deploy) sends them to.
+ROBOT_COMMAND = "/joint_group_position_controller/commands"
 EPISODE, UINT32 = "/robopt/episode", "std_msgs/msg/UInt32"
 JOINT_STATE, FLOAT64_ARRAY = "sensor_msgs/msg/JointState", "std_msgs/msg/Float64MultiArray"
 TWIST = "geometry_msgs/msg/Twist"
@@ -76,7 +81,7 @@ class TopicSimRobotServer:
         peers: list[str] | None = None,
         zenoh_options: dict | None = None,
         endpoint: str = "",
-        command_topic: str = COMMAND,
+        command_topic: str | None = None,
         period: float | None = None,
         latency_ms: float = 0.0,
         loss: float = 0.0,
@@ -91,14 +96,15 @@ class TopicSimRobotServer:
         check_number("--command-timeout-ms", command_timeout_ms, 0.0)
         check_number("--latency-ms", latency_ms, 0.0)
         check_number("--loss", loss, 0.0, 0.999)
-        check_topic_name(command_topic)
+        if command_topic is not None:
+            check_topic_name(command_topic)
         if cmd_vel_topic is not None:
             check_topic_name(cmd_vel_topic)
         if transport not in ("ros2", "zenoh"):
             raise ValueError(f"transport must be ros2 or zenoh, got {transport!r}")
         self.log = log or (lambda line: print(line, flush=True))
         self.latency, self.loss, self.rng = latency_ms / 1000.0, loss, np.random.default_rng(seed)
-        self.env_id, self.seed, self.transport, self.command_topic = env_id, seed, transport, command_topic
+        self.env_id, self.seed, self.transport = env_id, seed, transport
         from robopt.sim2real.serving import make_sim_env  # torch and the simulators: only when serving a sim
 
         self.env = make_sim_env(env_id)
@@ -106,6 +112,9 @@ class TopicSimRobotServer:
             from robopt.sim2real.robot_topics import RobotTopics, is_robot_env
 
             self.view = RobotTopics(self.env) if is_robot_env(self.env) else None
+            if command_topic is None:  # where the shipped deploy configs send: the default deploy map's, ros2_control's
+                command_topic = COMMAND if self.view is None else ROBOT_COMMAND
+            self.command_topic = command_topic
             if cmd_vel_topic is not None and self.view is None:
                 raise ValueError(
                     f"--cmd-vel scores a velocity command on a robot from its description; {env_id} is "

@@ -185,7 +185,7 @@ def test_the_quadruped_over_topics_from_its_sidecar(exported, tmp_path, request,
         open_link = lambda: ZenohLink({}, twist, {"connect": [endpoint], "multicast": False})  # noqa: E731
     server = subprocess.Popen(
         [sys.executable, "-m", "robopt.sim2real.sim_robot_cli", "sim-robot", str(run_dir), *served, "--cmd-vel",
-         "/cmd_vel", "--command-topic", "/joint_group_position_controller/commands", "--duration", "30"],
+         "/cmd_vel", "--duration", "30"],  # the robot's default command topic: the deploy config's (ros2_control's)
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     stop = threading.Event()
