@@ -187,6 +187,13 @@ def test_privileged_terms_reach_the_critic() -> None:
     privileged = env.privileged_obs()
     assert privileged.shape == (2, env.privileged_dim) and info["final_privileged_obs"].shape == privileged.shape
     assert set(privileged[:, 3 * geoms : 3 * geoms + 4].unique().tolist()) <= {0.0, 1.0}  # contacts as 0/1
+    # a critic term's scale and clip apply as an observation term's do; noise and bias are refused (one line)
+    scaled = quadruped(2, quiet_task(critic={"feet_contact": {"scale": 3.0}, "base_height": {"clip": 0.05}}))
+    scaled.reset(seed=0)
+    block = scaled.privileged_obs()  # [2, 4 + 1]
+    assert set(block[:, :4].unique().tolist()) <= {0.0, 3.0} and (block[:, 4] == 0.05).all()  # the base is ~0.3 m up
+    with pytest.raises(ValueError, match="task.critic.base_height.noise: the critic sees the privileged state"):
+        quadruped(2, quiet_task(critic={"base_height": {"noise": 0.1}}))
 
 
 def test_motor_strength_scales_the_whole_servo(arm_file) -> None:

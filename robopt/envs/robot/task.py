@@ -201,7 +201,7 @@ class TermTask:
         self._scale, self._noise, self._bias, self._clip = (
             torch.cat(
                 [
-                    _expand(getattr(term, name), part.shape[1], term)
+                    _expand(getattr(term, name), part.shape[1], term, "observations", name)
                     for term, part in zip(self.observation_terms, parts, strict=True)
                 ]
             ).to(self.device, self.dtype)
@@ -212,7 +212,22 @@ class TermTask:
         self.bias = zeros(n, self.obs_width)  # [N, D] per-episode observation offsets
         self.frame = zeros(n, self.obs_width)  # [N, D] the current observation
         if self.critic_terms:
-            self.critic_widths = [part.shape[1] for part in self._run_checked("critic", signals)]
+            critic_parts = self._run_checked("critic", signals)
+            self.critic_widths = [part.shape[1] for part in critic_parts]
+            for term, part in zip(self.critic_terms, critic_parts, strict=True):
+                for name in ("noise", "bias"):  # the critic learns from the true state; the actor's view is noisy
+                    if (_expand(getattr(term, name), part.shape[1], term, "critic", name) != 0).any():
+                        raise ValueError(
+                            f"task.critic.{term.name}.{name}: the critic sees the privileged state as it is; noise "
+                            "and bias apply to task.observations (scale and clip apply to both)"
+                        )
+            pairs = list(zip(self.critic_terms, critic_parts, strict=True))
+            self._critic_scale, self._critic_clip = (
+                torch.cat(
+                    [_expand(getattr(term, name), part.shape[1], term, "critic", name) for term, part in pairs]
+                ).to(self.device, self.dtype)
+                for name in ("scale", "clip")
+            )
             self.privileged_dim = sum(self.critic_widths)
         self.success_held = torch.zeros(n, dtype=torch.long, device=self.device)  # [N] steps it has held
         self.success_score: torch.Tensor | None = None  # [N] the success term's score, where it has one
@@ -401,8 +416,10 @@ class TermTask:
         return task_mirror(self)
 
     def privileged(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The critic's privileged block [N, P]: the terms of ``task.critic`` in order, scaled and clipped."""
         signals = Signals(state, self.robot, self.context)
-        return torch.cat([value for _, value in self._values("critic", signals)], dim=1)
+        block = torch.cat([value for _, value in self._values("critic", signals)], dim=1) * self._critic_scale
+        return torch.maximum(torch.minimum(block, self._critic_clip), -self._critic_clip)
 
     def log(self) -> dict[str, torch.Tensor]:
         return self._log
@@ -496,10 +513,10 @@ def _call(term: Term, fn: Callable, signals: Signals, section: str) -> torch.Ten
     return value
 
 
-def _expand(value, width: int, term: Term) -> torch.Tensor:
+def _expand(value, width: int, term: Term, section: str, option: str) -> torch.Tensor:
     """A term's option as [width] (a number for every element, or one per element)."""
     if isinstance(value, tuple):
         if len(value) != width:
-            raise ValueError(f"task.observations.{term.name}.scale: {len(value)} values for a term of width {width}")
+            raise ValueError(f"task.{section}.{term.name}.{option}: {len(value)} values for a term of width {width}")
         return torch.tensor(value, dtype=torch.float64)
     return torch.full((width,), float(value), dtype=torch.float64)
