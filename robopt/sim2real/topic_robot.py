@@ -16,7 +16,9 @@ message leaves ``read()`` at (None, nan), so the loop sends the safe action. One
 once (``take_notices()``: the deploy command prints them): a silent topic, an unknown joint with the names that
 exist, a command topic without a subscriber, a QoS mismatch.
 
-Two entries are not measurements: ``last_action`` is the action ``send`` got last (zero at start), and a command
+Two entries are not measurements: ``last_action`` is the action ``send`` got last (zero at start and again at each
+episode boundary the robot reports, as the env's term is after a reset; on a tick without a fresh measurement it is
+the safe action the runtime sent, which is what the robot was given), and a command
 input (``/cmd_vel``) is clamped into its bounds when it arrives (``command_clamped``), held ``hold_s`` on this
 process's clock and zero before its first message and after that (one notice each time it goes quiet); neither
 dates the observation nor holds ``read()`` back. A ``targets`` command orders the values by the message's joints.
@@ -147,6 +149,9 @@ class TopicRobot:
             return
         if self._episode_count is not None and count != self._episode_count:
             self._counters["episodes"] += 1
+            # a reset robot starts as the env's episode does, with no previous action: the last gait's action fed
+            # back as ``last_action`` would tell the policy it was mid-stride
+            self._last_action = np.zeros_like(self._last_action)
         self._episode_count = count
 
     def _command_input(self, selection: Selection, message: dict) -> np.ndarray | None:

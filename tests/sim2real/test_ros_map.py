@@ -124,6 +124,29 @@ def test_the_episode_topic_counts_the_robots_boundaries_as_of_the_read():
     assert robot.episodes_started == 4
 
 
+def test_last_action_is_what_was_sent_and_zero_after_the_robots_episode_boundary():
+    """``{source: last_action}`` feeds back the action sent last; when the robot reports a new episode it is zero
+    again, as the env's term is after a reset (a reset robot must not see the last gait's action)."""
+    section = {**PENDULUM, "observation": [*PENDULUM["observation"], {"source": "last_action"}],
+               "episode": {"topic": "/robot/episode"}}  # fmt: skip
+    robot, link, clocks = make_robot(section, obs_dim=4)
+
+    def arrive(*messages) -> np.ndarray:
+        state = ("/joint_states", joint_states(["hinge"], [0.1], [0.0], clocks.wall), clocks.monotonic)
+        link.inbox += [*messages, state]
+        return robot.read()[0]
+
+    def episode(count: int) -> tuple:
+        return ("/robot/episode", cdr.encode("std_msgs/msg/UInt32", {"data": count}), clocks.monotonic)
+
+    assert arrive(episode(3))[3] == 0.0  # zero at start
+    robot.send(np.array([0.7]))
+    assert arrive()[3] == 0.7 and arrive(episode(3))[3] == 0.7  # the same episode: the action sent
+    assert arrive(episode(4))[3] == 0.0 and robot.episodes_started == 1  # a new episode: no previous action
+    robot.send(np.array([-0.2]))
+    assert arrive()[3] == -0.2
+
+
 def test_every_transform_and_selection():
     section = {
         "command": {"topic": "/cmd_vel", "type": "geometry_msgs/Twist", "fields": ["linear.x", "angular.z"]},
