@@ -3,6 +3,7 @@ model in the same run, and where an env step's time goes.
 
     python benchmarks/robot_throughput.py [--envs 64 256 1024] [--threads 1 2] [--steps 200]
     python benchmarks/robot_throughput.py --backend mujoco_warp --device cuda --envs 4096 [--graph]
+    python benchmarks/robot_throughput.py --ppo 10 --envs 1024 --threads 2   # + PPO end to end, 10 iterations
     python benchmarks/robot_throughput.py --smoke    # CI: 4 envs, 1 thread, 5 steps
 
 On ``mujoco_warp`` (a GPU) it prints the env's steps per second alone (physics and terms on the device; the raw
@@ -14,6 +15,11 @@ it: the physical limit. The env: ``NativeVecEnv.step`` with a policy's actions (
 robot walks about, contacts change, some rows fall and reset). The split times each part of the env's step with a
 wall clock around it: the backend's physics step (C with its per-row Python glue), the task's terms (context, reward
 terms, observation frame), the rest (resets, randomization, bookkeeping). Run it alone: two cores, one benchmark.
+
+``--ppo K``: also PPO end to end on the same config (its rollout, epochs and minibatches; ``env.num_threads`` the
+row's threads, ``torch_threads`` as the config says or ``--torch-threads``): K iterations after one warm-up
+iteration, env steps per second of wall clock and over raw physics, and the iteration's split into collection
+(policy inference, env steps, storage), advantages and the update.
 """
 
 from __future__ import annotations
@@ -128,6 +134,49 @@ def env_rate(num_envs: int, threads: int, steps: int) -> tuple[float, dict[str, 
     return rate, {**split, "raw": raw}
 
 
+def ppo_rate(num_envs: int, threads: int, iterations: int, torch_threads: int, update_threads: int) -> dict:
+    """PPO on CONFIG at ``num_envs`` rows: env steps/s over ``iterations`` timed iterations (after one warm-up) and
+    the mean seconds per iteration of collection, advantages and the update."""
+    import tempfile
+
+    from robopt.build import build_loop
+    from robopt.config import build_dataclass, config_to_dict
+    from robopt.experiment import ExperimentConfig, load_config
+
+    data = config_to_dict(load_config(CONFIG))
+    data["env"]["num_envs"] = num_envs
+    data["env"]["kwargs"] = {**data["env"].get("kwargs", {}), "num_threads": threads}
+    data["log"]["run_root"] = tempfile.mkdtemp()
+    if torch_threads:
+        data["torch_threads"] = torch_threads
+    data["update_threads"] = update_threads
+    loop = build_loop(build_dataclass(ExperimentConfig, data))
+    totals: dict[str, float] = defaultdict(float)
+    for owner, name, key in ((loop, "collect", "collect"), (loop, "advantages", "advantages"),
+                             (loop.algorithm, "update", "update")):  # fmt: skip
+        fn = getattr(owner, name)
+
+        def timed(*args, _fn=fn, _key=key, **kwargs):
+            start = time.perf_counter()
+            out = _fn(*args, **kwargs)
+            totals[_key] += time.perf_counter() - start
+            return out
+
+        setattr(owner, name, timed)
+    loop.iteration(0.0)  # warm-up: first-touch allocations, thread pools
+    totals.clear()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        loop.iteration(0.0)
+    elapsed = time.perf_counter() - start
+    loop.env.close()
+    used = torch.get_num_threads()
+    torch.set_num_threads(1)  # the env-only measurements that follow run with one, as main set it
+    per = {key: value / iterations for key, value in totals.items()}
+    return {"rate": loop.steps_per_iteration * iterations / elapsed, "iteration": elapsed / iterations, **per,
+            "torch_threads": used, "update_threads": update_threads or "as collection"}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", type=int, nargs="+", default=[64, 256, 1024])
@@ -136,7 +185,10 @@ def main() -> None:
     parser.add_argument("--backend", default="mujoco", choices=("mujoco", "mujoco_warp"))
     parser.add_argument("--device", default="cpu", help="mujoco_warp: cuda, or cpu (warp's CPU device, slow)")
     parser.add_argument("--graph", action="store_true", help="mujoco_warp: replay each step from a CUDA graph")
-    args = parse_smoke_args(parser, smoke={"envs": [4], "threads": [1], "steps": 5})
+    parser.add_argument("--ppo", type=int, default=0, help="also PPO end to end: this many timed iterations")
+    parser.add_argument("--torch-threads", type=int, default=0, help="--ppo: torch threads (0: the config's)")
+    parser.add_argument("--update-threads", type=int, default=0, help="--ppo: torch threads of the update only")
+    args = parse_smoke_args(parser, smoke={"envs": [4], "threads": [1], "steps": 5, "ppo": 1})
     if args.backend == "mujoco_warp":
         for num_envs in args.envs:
             rate = warp_rate(num_envs, args.steps, args.device, args.graph)
@@ -157,6 +209,15 @@ def main() -> None:
                 f"{shares}",
                 flush=True,
             )
+            if args.ppo:
+                ppo = ppo_rate(num_envs, threads, args.ppo, args.torch_threads, args.update_threads)
+                print(
+                    f"      PPO end to end ({ppo['torch_threads']} torch threads, update {ppo['update_threads']}): "
+                    f"{ppo['rate']:.0f} env steps/s, {ppo['rate'] / split['raw']:.2f} of raw | per iteration "
+                    f"{ppo['iteration']:.2f} s: collect {ppo['collect']:.2f} s, advantages {ppo['advantages']:.2f} s, "
+                    f"update {ppo['update']:.2f} s",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

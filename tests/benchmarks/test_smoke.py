@@ -134,7 +134,12 @@ SMOKES = {
     "quadruped_tracking.py": Smoke((r"^run \| vel_steady \| vel_all", rf"quadruped_seed0/\S+ \| {NUMBER} \| ")),
     "ratio_controls.py": Smoke((r"^control +eval +train", rf"^sigmoid_gate +{NUMBER} \+-")),
     "recurrent_latency.py": Smoke((rf"^ +mlp: median +{NUMBER} us", rf"^gru / mlp median: {NUMBER}")),
-    "robot_throughput.py": Smoke((rf"^ +4 +1 \| +{NUMBER} \| +{NUMBER} \| {NUMBER} \| ",)),
+    "robot_throughput.py": Smoke(
+        (
+            rf"^ +4 +1 \| +{NUMBER} \| +{NUMBER} \| {NUMBER} \| ",
+            rf"PPO end to end .*: {NUMBER} env steps/s, {NUMBER} of raw",
+        )
+    ),
     "terrain_cost.py": Smoke((rf"^ +1 terrain +yes \| +{NUMBER} \| +{NUMBER}x \| ",)),
     "symmetry.py": Smoke((rf"^plain \| .* \| {NUMBER} \| ", rf"^mirrored \| .* \| {NUMBER} \| ")),
     "sac_vs_sb3.py": Smoke((rf"^sb3 +{NUMBER} ", rf"^robopt +{NUMBER} ", rf"robopt / sb3 \(CPU-time\): {NUMBER}x")),
