@@ -32,6 +32,7 @@ from robopt.envs.robot.model import RobotModel
 from robopt.envs.robot.scene import table_view
 from robopt.envs.robot.signals import Context, Signals, quat_multiply, yaw_quat
 from robopt.envs.robot.task_mirror import task_mirror
+from robopt.envs.robot.term_options import OPTIONS, block_options, refuse_noise
 from robopt.envs.robot.terms import Term
 from robopt.envs.robot.terrain_rows import TerrainRows
 from robopt.envs.tasks.base import uniform as draw_uniform
@@ -199,35 +200,18 @@ class TermTask:
         self.term_widths = [part.shape[1] for part in parts]
         # per-element scale, noise, bias amplitude and clip of the observation [D]
         self._scale, self._noise, self._bias, self._clip = (
-            torch.cat(
-                [
-                    _expand(getattr(term, name), part.shape[1], term, "observations", name)
-                    for term, part in zip(self.observation_terms, parts, strict=True)
-                ]
-            ).to(self.device, self.dtype)
-            for name in ("scale", "noise", "bias", "clip")
+            option.to(self.device, self.dtype)
+            for option in block_options(self.observation_terms, self.term_widths, "observations", OPTIONS)
         )
         self._noisy, self._biased = bool((self._noise > 0).any()), bool((self._bias > 0).any())
         self.frame_scale = self._scale.cpu().to(torch.float64)  # [D], for the export sidecar
         self.bias = zeros(n, self.obs_width)  # [N, D] per-episode observation offsets
         self.frame = zeros(n, self.obs_width)  # [N, D] the current observation
         if self.critic_terms:
-            critic_parts = self._run_checked("critic", signals)
-            self.critic_widths = [part.shape[1] for part in critic_parts]
-            for term, part in zip(self.critic_terms, critic_parts, strict=True):
-                for name in ("noise", "bias"):  # the critic learns from the true state; the actor's view is noisy
-                    if (_expand(getattr(term, name), part.shape[1], term, "critic", name) != 0).any():
-                        raise ValueError(
-                            f"task.critic.{term.name}.{name}: the critic sees the privileged state as it is; noise "
-                            "and bias apply to task.observations (scale and clip apply to both)"
-                        )
-            pairs = list(zip(self.critic_terms, critic_parts, strict=True))
-            self._critic_scale, self._critic_clip = (
-                torch.cat(
-                    [_expand(getattr(term, name), part.shape[1], term, "critic", name) for term, part in pairs]
-                ).to(self.device, self.dtype)
-                for name in ("scale", "clip")
-            )
+            self.critic_widths = [part.shape[1] for part in self._run_checked("critic", signals)]
+            refuse_noise(self.critic_terms, self.critic_widths, "critic")
+            scale, clip = block_options(self.critic_terms, self.critic_widths, "critic", ("scale", "clip"))
+            self._critic_scale, self._critic_clip = scale.to(self.device, self.dtype), clip.to(self.device, self.dtype)
             self.privileged_dim = sum(self.critic_widths)
         self.success_held = torch.zeros(n, dtype=torch.long, device=self.device)  # [N] steps it has held
         self.success_score: torch.Tensor | None = None  # [N] the success term's score, where it has one
@@ -511,12 +495,3 @@ def _call(term: Term, fn: Callable, signals: Signals, section: str) -> torch.Ten
     if not isinstance(value, torch.Tensor):
         raise ValueError(f"task.{section}.{term.name} ({term.source}) returned {type(value).__name__}, not a tensor")
     return value
-
-
-def _expand(value, width: int, term: Term, section: str, option: str) -> torch.Tensor:
-    """A term's option as [width] (a number for every element, or one per element)."""
-    if isinstance(value, tuple):
-        if len(value) != width:
-            raise ValueError(f"task.{section}.{term.name}.{option}: {len(value)} values for a term of width {width}")
-        return torch.tensor(value, dtype=torch.float64)
-    return torch.full((width,), float(value), dtype=torch.float64)
