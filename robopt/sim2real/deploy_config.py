@@ -36,7 +36,18 @@ class DeployConfig:
     stale_timeout_ms: float = option(0.0, "an observation older than this is stale (0: three control periods)")
     watchdog_ms: float = option(0.0, "compute budget per tick; a tick over it is a fault (0: the period)")
     estop_after: int = option(10, "consecutive faulty ticks that latch the e-stop (0: never)")
-    safe_action: str = option("hold", "action target on a fault or e-stop", ("hold", "zero", "posture"))
+    safe_action: str = option(
+        "hold",
+        "action target on a fault: the last action sent, zero, a posture, or the last measured joint positions "
+        "(robot tasks with joint position actions)",
+        ("hold", "zero", "posture", "measured"),
+    )
+    estop_action: str = option(
+        "",
+        "action target once the e-stop latched (empty: safe_action's); measured keeps following the measured pose, "
+        "so the joints' PD servos only damp (the damping stop)",
+        ("", "hold", "zero", "posture", "measured"),
+    )
     posture: Any = option(None, "the safe posture (A numbers within the action bounds) for safe_action: posture")
     tick_on: str = option(
         "clock",
@@ -117,6 +128,49 @@ def _config_vector(name: str, value, size: int) -> np.ndarray | None:
     return np.asarray(value, dtype=np.float64)
 
 
+def measured_pose(sidecar: Sidecar) -> tuple[Callable[[np.ndarray], np.ndarray] | None, str]:
+    """The map from the robot's observation [D] to the action [A] whose joint targets are the measured joint
+    positions, and "" ; or None and why there is none (a policy not from a robot task, effort actions, no
+    ``joint_pos`` term naming every joint). ``joint_position``: action = (obs / scale + default - offset) / scale
+    over the ``joint_pos`` term's elements (joint positions relative to the default pose); ``joint_position_delta``:
+    zero (the target is the measured position). A gripper's element is NaN: it keeps the last action sent (the safety
+    layer fills it), so a held object stays held."""
+    robot = sidecar.robot
+    if not robot:
+        return None, f"policy.json has no robot block (env {sidecar.env_id!r} is not a robot task)"
+    kind = robot.get("action_type")
+    keep = np.zeros(sidecar.action_dim, dtype=bool)  # [A] the elements that keep the last action sent
+    gripper = robot.get("gripper")
+    if isinstance(gripper, dict) and 0 <= int(gripper.get("action_index", -1)) < sidecar.action_dim:
+        keep[int(gripper["action_index"])] = True
+    if kind == "joint_position_delta":
+        zero = np.where(keep, np.nan, 0.0)
+        return (lambda obs: zero), ""
+    if kind != "joint_position":
+        return None, f"its actions are {kind!r}, not joint position targets"
+    joints = list(robot.get("joint_names") or [])
+    arm = [joint for joint, kept in zip(joints, keep, strict=True) if not kept]
+    terms = (robot.get("observation") or {}).get("terms") or []
+    starts = np.cumsum([0] + [int(term.get("size", 0)) for term in terms])  # each term's first element
+    found = [(term, start) for term, start in zip(terms, starts, strict=False) if term.get("name") == "joint_pos"]
+    elements = list(found[0][0].get("elements") or []) if found else []
+    if not found or not all(joint in elements for joint in arm):
+        return None, "its observation has no joint_pos term naming every joint (a term history hides the names)"
+    term, start = found[0]
+    local = np.array([elements.index(joint) if joint in elements else 0 for joint in joints])  # [A]
+    scale = np.asarray(term.get("scale"), dtype=np.float64)[local]  # [A] the observation's scale
+    if (scale == 0).any():
+        return None, "its joint_pos observation has a scale of 0"
+    index, default = start + local, np.asarray(robot["default_pose"], dtype=np.float64)  # [A], [A]
+    offset, action_scale = (np.asarray(robot[key], dtype=np.float64) for key in ("action_offset", "action_scale"))
+
+    def measure(obs: np.ndarray) -> np.ndarray:
+        pose = np.asarray(obs, np.float64)[index] / scale + default  # [A] the measured joint positions
+        return np.where(keep, np.nan, (pose - offset) / action_scale)
+
+    return measure, ""
+
+
 def build_safety(
     policy: Callable, sidecar: Sidecar, config: DeployConfig, stale_timeout: float, future_tolerance: float = 0.0
 ) -> SafetyLayer:
@@ -124,6 +178,11 @@ def build_safety(
     obs_dim, (declared_low, declared_high) = sidecar.robot_obs_dim, sidecar.robot_obs_bounds  # the robot's [D]
     obs_low = _config_vector("obs_low", config.obs_low, obs_dim)
     obs_high = _config_vector("obs_high", config.obs_high, obs_dim)
+    estop_action = config.estop_action or config.safe_action
+    measure, why = measured_pose(sidecar)
+    if "measured" in (config.safe_action, estop_action) and measure is None:
+        which = "safe_action" if config.safe_action == "measured" else "estop_action"
+        raise DeployError(f"deploy config: {which} measured needs the measured joint positions, but {why}")
     try:
         return SafetyLayer(
             policy,
@@ -138,6 +197,8 @@ def build_safety(
             future_tolerance=future_tolerance,
             estop_after=config.estop_after,
             safe_action=config.safe_action,
+            estop_action=estop_action,
+            measure=measure,
             posture=_config_vector("posture", config.posture, sidecar.action_dim),
         )
     except ValueError as error:

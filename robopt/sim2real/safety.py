@@ -11,8 +11,14 @@ Shapes: D obs dim, A action dim. ``SafetyLayer.tick(obs, obs_time, now) -> (acti
     clamp into [action_low, action_high]    (flag CLAMPED)
     rate limit: |action - previous sent action| <= max_action_delta per tick (flag RATE_LIMITED)
     ``estop_after`` consecutive faulty ticks latch the e-stop until ``reset()``.
-The safe action's target is the last sent action (``hold``), zero clipped into the bounds (``zero``) or a fixed
-``posture``; it is rate-limited toward that target like any action, so a posture far away is approached gradually.
+The safe action's target is the last sent action (``hold``), zero clipped into the bounds (``zero``), a fixed
+``posture``, or the action whose joint targets are the last measured joint positions (``measured``, given a
+``measure`` function obs [D] -> action [A], NaN for an element that keeps the last action sent, e.g. a gripper's,
+built from the sidecar by ``deploy_config.measured_pose``); it is
+rate-limited toward that target like any action, so a posture far away is approached gradually. Once the e-stop
+latched, the target is ``estop_action``'s (default: the same as ``safe_action``); with ``measured`` the valid
+observations that still arrive keep moving the target to the pose the robot is in (a PD servo then only damps: the
+damping stop), without calling the policy.
 Hence every action returned is finite, within the action bounds and (with a rate limit) within max_action_delta of
 the previous one. The previous action starts as ``initial_action`` (default: zero clipped into the bounds).
 Faulty ticks: every check above that sends the safe action, plus watchdog overruns (``record_overrun``); an
@@ -61,7 +67,7 @@ FLAG_NAMES = {
     ESTOP_TRIPPED: "estop_trips",
     INTERNAL_ERROR: "internal_error",
 }
-SAFE_ACTIONS = ("hold", "zero", "posture")
+SAFE_ACTIONS = ("hold", "zero", "posture", "measured")
 
 
 def flag_names(flags: int) -> list[str]:
@@ -98,6 +104,8 @@ class SafetyLayer:
         safe_action: str = "hold",
         posture=None,
         initial_action=None,
+        estop_action: str | None = None,
+        measure: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.policy, self.obs_dim = policy, int(obs_dim)
         self.action_low = np.asarray(action_low, dtype=np.float64).reshape(-1)  # [A]
@@ -128,14 +136,22 @@ class SafetyLayer:
             raise ValueError(f"estop_after must be >= 0 (0: never), got {estop_after!r}")
         self.stale_timeout, self.estop_after = float(stale_timeout), int(estop_after)
         self.future_tolerance = float(future_tolerance)  # a clock step or jitter: a timestamp this far ahead is fine
-        if safe_action not in SAFE_ACTIONS:
-            raise ValueError(f"safe_action {safe_action!r} is not allowed; allowed: {', '.join(SAFE_ACTIONS)}")
-        self.safe_action = safe_action
+        estop_action = safe_action if estop_action is None else estop_action
+        for name, kind in (("safe_action", safe_action), ("estop_action", estop_action)):
+            if kind not in SAFE_ACTIONS:
+                raise ValueError(f"{name} {kind!r} is not allowed; allowed: {', '.join(SAFE_ACTIONS)}")
+            if kind == "measured" and measure is None:
+                raise ValueError(
+                    f"{name} measured needs the measured joint positions: a policy exported from a robot task "
+                    "with joint position actions and a joint_pos observation"
+                )
+        self.safe_action, self.estop_action, self.measure = safe_action, estop_action, measure
+        self._measured: np.ndarray | None = None  # [A] the action that targets the last measured pose
         zero = np.clip(np.zeros(action_dim), self.action_low, self.action_high)  # [A]
         self.posture = zero
-        if safe_action == "posture":
+        if "posture" in (safe_action, estop_action):
             if posture is None:
-                raise ValueError("safe_action posture needs a posture (a list of action values)")
+                raise ValueError("safe_action or estop_action posture needs a posture (a list of action values)")
             self.posture = _vector("posture", posture, action_dim)
             if not np.isfinite(self.posture).all() or (self.posture < self.action_low).any():
                 raise ValueError("posture must be finite and within the action bounds")
@@ -157,8 +173,11 @@ class SafetyLayer:
         target, flags = None, 0
         if self.estopped:
             flags = ESTOP
+            if self.estop_action == "measured":  # the damping stop follows the pose the robot is in
+                self._note_measured(self._check_obs(obs, obs_time, now)[0])
         else:
             obs32, flags = self._check_obs(obs, obs_time, now)
+            self._note_measured(obs32)
             if obs32 is not None:
                 target, flags = self._policy_action(obs32, flags)
             faulty = bool(flags & self._fault_mask)
@@ -189,8 +208,26 @@ class SafetyLayer:
         return self._finish(self.safe_target(), flags)
 
     def safe_target(self) -> np.ndarray:
-        """[A] the safe action's target: the last action sent (hold), zero clipped into the bounds, or the posture."""
-        return self.last_action if self.safe_action == "hold" else self.posture
+        """[A] the safe action's target (``estop_action``'s once the e-stop latched): the last action sent (hold),
+        zero clipped into the bounds, the posture, or the action at the last measured pose (measured; the last
+        action sent until a valid observation has arrived)."""
+        kind = self.estop_action if self.estopped else self.safe_action
+        if kind == "hold" or (kind == "measured" and self._measured is None):
+            return self.last_action
+        if kind == "measured":  # NaN elements (a gripper's) keep the last action sent
+            return np.where(np.isnan(self._measured), self.last_action, self._measured)
+        return self.posture
+
+    def _note_measured(self, obs32: np.ndarray | None) -> None:
+        """Remember the action at the measured pose of an accepted observation (a failing map keeps the last)."""
+        if obs32 is None or self.measure is None:
+            return
+        try:
+            action = np.asarray(self.measure(obs32), dtype=np.float64).reshape(-1)
+        except Exception:  # noqa: BLE001 - a bad map must not stop the loop: the last measured pose stays
+            return
+        if action.shape == (self.action_dim,) and not np.isinf(action).any():
+            self._measured = np.minimum(np.maximum(action, self.action_low), self.action_high)  # NaN: kept
 
     def _finish(self, target: np.ndarray, flags: int) -> tuple[np.ndarray, int]:
         """Rate-limit toward ``target`` (within the bounds), remember it as the last action sent, count the flags."""

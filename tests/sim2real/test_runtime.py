@@ -32,7 +32,8 @@ def test_deploy_config_from_yaml_and_bad_values(tmp_path):
     for data, match in [
         ({"perod": 1}, "unknown config key 'perod'"),
         ({"period": -1}, "period"),
-        ({"safe_action": "freeze"}, "allowed: hold, zero, posture"),
+        ({"safe_action": "freeze"}, "allowed: hold, zero, posture, measured"),
+        ({"estop_action": "limp"}, "allowed: , hold, zero, posture, measured"),
         ({"estop_after": 1.5}, "integer"),
     ]:
         with pytest.raises(ConfigError, match=match):
@@ -45,6 +46,8 @@ def test_deploy_config_from_yaml_and_bad_values(tmp_path):
         ({"max_action_delta": [0.1]}, "2 numbers"),
         ({"safe_action": "posture"}, "posture"),
         ({"obs_low": [0, 0]}, "obs_low"),
+        ({"safe_action": "measured"}, "safe_action measured needs the measured joint positions, but policy.json has "),
+        ({"estop_action": "measured"}, "estop_action measured .* is not a robot task"),
     ]:
         with pytest.raises(DeployError, match=match):
             build_safety(constant([0, 0]), sidecar, load_deploy_config(data), 0.1)

@@ -241,3 +241,66 @@ def test_future_infinite_and_overflowing_timestamps_are_stale():
             layer(future_tolerance=bad)
     loop = ControlLoop(constant([0, 0]), ScriptedRobot([]), sidecar_for(period=0.02), clock=lambda: 0.0, realtime=False)
     assert loop.safety.future_tolerance == 0.02  # the loop allows one control period
+
+
+# ---------------------------------------------------------------- measured pose and the damping stop
+
+
+def doubled(obs):
+    """A fake map to the action at the measured pose: twice the first two observation elements."""
+    return 2.0 * np.asarray(obs, np.float64)[:2]
+
+
+def test_measured_safe_action_goes_to_the_last_measured_pose():
+    safety = layer(safe_action="measured", measure=doubled, max_action_delta=0.1)
+    safety.tick(GOOD, 10.0, 10.0)  # sends the policy's [0.5, -0.5] ramped from zero: [0.1, -0.1]
+    action, flags = safety.tick(GOOD, 0.0, 10.0)  # stale: toward measure(GOOD) = [0.2, 0.4]
+    np.testing.assert_allclose(action, [0.2, 0.0], atol=1e-12)
+    assert flags == S.STALE | S.SAFE_ACTION | S.RATE_LIMITED
+    for _ in range(10):
+        action, _ = safety.tick(None, 0.0, 10.0)
+    np.testing.assert_allclose(action, [0.2, 0.4], atol=1e-12)  # the pose of the last valid observation
+
+
+def test_damping_stop_follows_the_measured_pose_without_the_policy():
+    policy = constant([0.5, -0.5])
+    safety = layer(policy, safe_action="hold", estop_action="measured", measure=doubled, estop_after=2)
+    safety.tick(GOOD, 10.0, 10.0)
+    for _ in range(2):  # two faults latch the e-stop; hold meanwhile
+        action, flags = safety.tick(GOOD, 0.0, 10.0)
+    np.testing.assert_allclose(action, [0.2, 0.4], rtol=1e-6)  # latched on this tick: the last measured pose (float32)
+    assert flags & S.ESTOP_TRIPPED and safety.estopped
+    calls = len(policy.seen)
+    action, flags = safety.tick(np.array([0.3, -0.1, 0.0]), 10.0, 10.0)  # a fresh measurement: the pose moved
+    np.testing.assert_allclose(action, [0.6, -0.2], rtol=1e-6)
+    assert flags == S.ESTOP | S.SAFE_ACTION and len(policy.seen) == calls
+    action, _ = safety.tick(np.array([np.nan, 0.0, 0.0]), 10.0, 10.0)  # an invalid one does not move it
+    np.testing.assert_allclose(action, [0.6, -0.2], rtol=1e-6)
+
+
+def test_measured_keeps_nan_elements_and_survives_a_failing_map():
+    def gripper_kept(obs):
+        return np.array([np.nan, 4 * obs[1]])  # element 0 (a gripper) keeps the last action sent
+
+    safety = layer(safe_action="measured", measure=gripper_kept)
+    safety.tick(GOOD, 10.0, 10.0)  # sends [0.5, -0.5]; measured [nan, 0.8]
+    action, _ = safety.tick(None, 10.0, 10.0)
+    np.testing.assert_allclose(action, [0.5, 0.8], rtol=1e-6)
+
+    def broken(obs):
+        raise RuntimeError("bad map")
+
+    safety = layer(safe_action="measured", measure=broken)
+    safety.tick(GOOD, 10.0, 10.0)
+    action, flags = safety.tick(None, 10.0, 10.0)  # no measured pose ever: hold
+    np.testing.assert_array_equal(action, [0.5, -0.5])
+    assert flags == S.NO_OBS | S.SAFE_ACTION
+
+
+def test_measured_needs_a_map_and_estop_action_is_checked():
+    with pytest.raises(ValueError, match="safe_action measured needs the measured joint positions"):
+        layer(safe_action="measured")
+    with pytest.raises(ValueError, match="estop_action 'limp' is not allowed; allowed: hold, zero, posture, measured"):
+        layer(estop_action="limp")
+    with pytest.raises(ValueError, match="posture"):
+        layer(estop_action="posture")

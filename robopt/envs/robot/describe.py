@@ -4,9 +4,10 @@ Shapes: A actuated joints (action order), D observation dim.
 
 The block holds the joint names in action order, the action's meaning (``target = offset + scale * action`` with
 offset the default pose for ``joint_position``; ``torque = scale * action`` for ``joint_effort``), PD gains and
-effort limits, joint ranges, the control period, the observation terms in order with their widths, scales and
-clips (and the noise they were trained with), each element's name and the term's deploy source (both from the
-term's declaration, ``robopt.envs.robot.terms``), and the command's ranges and deploy source. ``observation_names``
+effort limits, joint ranges, the control period, the gripper (its action element: +1 open, -1 closed), the
+observation terms in order with their widths, scales and clips (and the noise they were trained with), each
+element's name and the term's deploy source (both from the term's declaration, ``robopt.envs.robot.terms``), and the
+command's ranges and deploy source. ``observation_names``
 names every element of the observation: ``<term>/<element>``. A policy that sees a window of past steps
 (``policy.history``) has it described in the sidecar's ``history`` block, the runtime builds it.
 """
@@ -66,6 +67,14 @@ def robot_sidecar(task: TermTask) -> dict:
         "floating_base": robot.floating,
         "feet": list(robot.foot_names),
         "end_effector": robot.end_effector,
+        "gripper": None
+        if robot.gripper is None
+        else {
+            "joints": list(robot.gripper.joints),
+            "action_index": robot.gripper.action_index,
+            "open": robot.gripper.open,
+            "closed": robot.gripper.closed,
+        },
         "observation": {"terms": observation_terms(task)},
         "command": task.command.describe() if task.command is not None else None,
     }
