@@ -20,6 +20,7 @@ import yaml
 
 from robopt.config import build_dataclass
 from robopt.options import ConfigError, option
+from robopt.sim2real.joint_measure import gripper_elements, measured_joints
 from robopt.sim2real.safety import SafetyLayer
 from robopt.sim2real.sidecar import DeployError, Sidecar
 
@@ -130,45 +131,26 @@ def _config_vector(name: str, value, size: int) -> np.ndarray | None:
 
 def measured_pose(sidecar: Sidecar) -> tuple[Callable[[np.ndarray], np.ndarray] | None, str]:
     """The map from the robot's observation [D] to the action [A] whose joint targets are the measured joint
-    positions, and "" ; or None and why there is none (a policy not from a robot task, effort actions, no
-    ``joint_pos`` term naming every joint). ``joint_position``: action = (obs / scale + default - offset) / scale
-    over the ``joint_pos`` term's elements (joint positions relative to the default pose); ``joint_position_delta``:
-    zero (the target is the measured position). A gripper's element is NaN: it keeps the last action sent (the safety
-    layer fills it), so a held object stays held."""
+    positions, and ""; or None and why there is none (a policy not from a robot task, effort actions, no
+    ``joint_pos`` term naming every joint). ``joint_position``: action = (measured - offset) / scale, the positions
+    from the ``joint_pos`` term (``robopt.sim2real.joint_measure``); ``joint_position_delta``: zero (the target is
+    the measured position). A gripper's element is NaN: it keeps the last action sent (the safety layer fills it),
+    so a held object stays held."""
     robot = sidecar.robot
     if not robot:
         return None, f"policy.json has no robot block (env {sidecar.env_id!r} is not a robot task)"
     kind = robot.get("action_type")
-    keep = np.zeros(sidecar.action_dim, dtype=bool)  # [A] the elements that keep the last action sent
-    gripper = robot.get("gripper")
-    if isinstance(gripper, dict) and 0 <= int(gripper.get("action_index", -1)) < sidecar.action_dim:
-        keep[int(gripper["action_index"])] = True
+    keep = gripper_elements(robot, sidecar.action_dim)
     if kind == "joint_position_delta":
         zero = np.where(keep, np.nan, 0.0)
         return (lambda obs: zero), ""
     if kind != "joint_position":
         return None, f"its actions are {kind!r}, not joint position targets"
-    joints = list(robot.get("joint_names") or [])
-    arm = [joint for joint, kept in zip(joints, keep, strict=True) if not kept]
-    terms = (robot.get("observation") or {}).get("terms") or []
-    starts = np.cumsum([0] + [int(term.get("size", 0)) for term in terms])  # each term's first element
-    found = [(term, start) for term, start in zip(terms, starts, strict=False) if term.get("name") == "joint_pos"]
-    elements = list(found[0][0].get("elements") or []) if found else []
-    if not found or not all(joint in elements for joint in arm):
-        return None, "its observation has no joint_pos term naming every joint (a term history hides the names)"
-    term, start = found[0]
-    local = np.array([elements.index(joint) if joint in elements else 0 for joint in joints])  # [A]
-    scale = np.asarray(term.get("scale"), dtype=np.float64)[local]  # [A] the observation's scale
-    if (scale == 0).any():
-        return None, "its joint_pos observation has a scale of 0"
-    index, default = start + local, np.asarray(robot["default_pose"], dtype=np.float64)  # [A], [A]
-    offset, action_scale = (np.asarray(robot[key], dtype=np.float64) for key in ("action_offset", "action_scale"))
-
-    def measure(obs: np.ndarray) -> np.ndarray:
-        pose = np.asarray(obs, np.float64)[index] / scale + default  # [A] the measured joint positions
-        return np.where(keep, np.nan, (pose - offset) / action_scale)
-
-    return measure, ""
+    joints, why = measured_joints(robot, sidecar.action_dim)
+    if joints is None:
+        return None, why
+    offset, scale = (np.asarray(robot[key], dtype=np.float64) for key in ("action_offset", "action_scale"))
+    return (lambda obs: (joints(obs) - offset) / scale), ""
 
 
 def build_safety(
@@ -180,6 +162,14 @@ def build_safety(
     obs_high = _config_vector("obs_high", config.obs_high, obs_dim)
     estop_action = config.estop_action or config.safe_action
     measure, why = measured_pose(sidecar)
+    if (sidecar.robot or {}).get("action_type") == "joint_position_delta" and "hold" in (
+        config.safe_action,
+        estop_action,
+    ):
+        raise DeployError(
+            "deploy config: safe_action/estop_action hold repeats the last step of a joint_position_delta policy "
+            "(the joints keep moving); use measured (hold the measured pose, a gripper keeps its command)"
+        )
     if "measured" in (config.safe_action, estop_action) and measure is None:
         which = "safe_action" if config.safe_action == "measured" else "estop_action"
         raise DeployError(f"deploy config: {which} measured needs the measured joint positions, but {why}")

@@ -10,8 +10,10 @@ legged robot's drivers publish, stamped with the wall-clock time of the measurem
                        frame (REP 105: the child frame ``base``), as a state estimator would publish it
 The command is joint position targets in radians, the policy's joint order (a ros2_control forward position
 controller's Float64MultiArray): ``action = (target - default) / scale``, as the export sidecar states it; a
-``joint_effort`` robot takes torques (``action = torque / scale``). The PD control runs inside MuJoCo at the physics
-rate. ``track(twist)`` with ``step()`` scores a velocity command against the body's velocity as
+``joint_effort`` robot takes torques (``action = torque / scale``); a ``joint_position_delta`` robot's targets are
+absolute as well, turned into its delta action against the joints' positions when the env steps (``action =
+(target - measured) / scale``; its gripper's element as a joint_position's). The PD control runs inside MuJoCo at
+the physics rate. ``track(twist)`` with ``step()`` scores a velocity command against the body's velocity as
 ``benchmarks/quadruped_tracking.py`` does (planar speed error, yaw-rate error; steady leaves out 1 s after each
 change; a fall is an episode that ends terminated).
 """
@@ -45,6 +47,10 @@ class RobotTopics:
         self.names = list(self.robot.joint_names)
         self.scale = np.asarray(self.robot.action_scale, dtype=np.float64)
         self.offset = np.asarray(self.robot.action_offset, dtype=np.float64)
+        self.delta = self.robot.action_type == "joint_position_delta"  # targets become deltas at step time
+        self.absolute = np.zeros(len(self.names), dtype=bool)  # [A] a delta robot's gripper element
+        if self.robot.gripper is not None:
+            self.absolute[self.robot.gripper.action_index] = True
         self.floating = bool(self.robot.floating)
         self.command = np.zeros(3)  # the tracked (vx, vy, yaw rate)
         self.tracking = False
@@ -84,8 +90,13 @@ class RobotTopics:
         return out
 
     def action(self, command: np.ndarray) -> np.ndarray:
-        """The env action for a command of joint targets (joint_position) or torques (joint_effort) [A]."""
-        return (np.asarray(command, dtype=np.float64) - self.offset) / self.scale
+        """The env action for a command of joint targets (joint_position; joint_position_delta against the joints'
+        positions now) or torques (joint_effort) [A]."""
+        command = np.asarray(command, dtype=np.float64)
+        if not self.delta:
+            return (command - self.offset) / self.scale
+        measured = self._signals().joint_pos[0].double().numpy()  # [A]
+        return (command - np.where(self.absolute, self.offset, measured)) / self.scale
 
     def track(self, twist: dict) -> None:
         """A new velocity command to score (a decoded geometry_msgs/Twist)."""

@@ -2,15 +2,19 @@
 
 Torch-free (numpy, stdlib). ``std_msgs/Float64MultiArray`` (``data``), ``sensor_msgs/JointState`` (``field`` with
 ``joints``) or ``geometry_msgs/Twist`` (``fields``), each carrying scale * action + offset; or ``targets:
-joint_position`` for a robot from its description (scale and offset from the sidecar, joints mapped by name).
+joint_position`` for a robot from its description (scale and offset from the sidecar, joints mapped by name). A
+``joint_position_delta`` policy's targets are the measured joint positions (from its ``joint_pos`` observation,
+``robopt.sim2real.joint_measure``) plus scale * action; a gripper's element is absolute (offset + scale * action).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from robopt.sim2real.joint_measure import measured_joints
 from robopt.sim2real.ros_fields import check_scalar_fields, fail, names_of, numbers_of, qos_of
 from robopt.sim2real.ros_messages import MessageTypeError, check_topic_name, full_type_name, short_type_name
 from robopt.sim2real.transport import QOS_PROFILES, Qos
@@ -27,6 +31,8 @@ class CommandMap:
     offset: np.ndarray | float
     qos: Qos = Qos("reliable", 10)
     order: tuple[int, ...] = ()  # targets: the action index of each value in the message (empty: action order)
+    # targets of a delta policy: obs [D] -> measured joint positions [A] (NaN where the offset applies, a gripper's)
+    measured: Callable[[np.ndarray], np.ndarray] | None = None
 
 
 def _targets(value: dict, full: str, robot: dict | None, action_dim: int) -> CommandMap:
@@ -34,12 +40,17 @@ def _targets(value: dict, full: str, robot: dict | None, action_dim: int) -> Com
     key = "robot.command"
     if value["targets"] != "joint_position":
         raise fail(f"{key}.targets", f"{value['targets']!r} is not allowed; allowed: joint_position")
-    if not robot or robot.get("action_type") != "joint_position":
+    if not robot or robot.get("action_type") not in ("joint_position", "joint_position_delta"):
         raise fail(
             f"{key}.targets",
             "joint_position targets need a policy of a robot from its description with "
-            "joint_position actions (policy.json's robot block)",
+            "joint_position or joint_position_delta actions (policy.json's robot block)",
         )
+    measured = None
+    if robot["action_type"] == "joint_position_delta":
+        measured, why = measured_joints(robot, action_dim)
+        if measured is None:
+            raise fail(f"{key}.targets", f"a joint_position_delta policy's targets need its measured joints, but {why}")
     if set(value) & {"scale", "offset", "fields"}:
         raise fail(key, "with targets the sidecar gives scale and offset; no scale, offset or fields")
     names = list(robot["joint_names"])
@@ -69,7 +80,7 @@ def _targets(value: dict, full: str, robot: dict | None, action_dim: int) -> Com
         raise fail(f"{key}.targets", f"the sidecar's action scale and offset do not have {action_dim} values")
     qos = qos_of(value.get("qos"), f"{key}.qos", Qos(*QOS_PROFILES["reliable"]))
     field_name = "data" if full == "std_msgs/msg/Float64MultiArray" else "position"
-    return CommandMap(value["topic"], full, field_name, joints, (), scale, offset, qos, order)
+    return CommandMap(value["topic"], full, field_name, joints, (), scale, offset, qos, order, measured)
 
 
 def parse_command(value, action_dim: int, robot: dict | None = None) -> CommandMap:

@@ -26,6 +26,7 @@ COMMAND_TIMEOUT_PERIODS = 10  # default command timeout, in control periods
 class ServeResult:
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
+    episode_successes: list[bool] = field(default_factory=list)  # envs that report is_success (a task's success)
     steps: int = 0
     counters: dict[str, int] = field(default_factory=dict)
 
@@ -35,8 +36,10 @@ class ServeResult:
         seen = ("sent", "received", "hello", "clipped", "lost", "peer_changed", "resync", "overrun", "command_timeout")
         dropped = {k: v for k, v in sorted(c.items()) if k not in seen and v}
         dropped_text = ", ".join(f"{k}={v}" for k, v in dropped.items()) or "none"
+        successes = self.episode_successes
+        success = f", success {sum(successes)} of {len(successes)}" if successes else ""
         return (
-            f"sim-robot: episodes {len(self.episode_returns)}, mean return {mean:.3f}, steps {self.steps}, "
+            f"sim-robot: episodes {len(self.episode_returns)}, mean return {mean:.3f}{success}, steps {self.steps}, "
             f"packets sent {c['sent']}, received {c['received']} (hello {c['hello']}), seq gaps {c['lost']}, "
             f"command timeouts {c['command_timeout']}, dropped: {dropped_text}"
         )

@@ -69,9 +69,10 @@ class TopicRobot:
         self.episode_returns: list[float] = []
         self._counters = {"malformed": 0, "nonfinite": 0, "wrong_length": 0, "unknown_joint": 0, "waiting": 0,
                           "send_failed": 0, "messages": 0, "command_clamped": 0, "command_quiet": 0,
-                          "episodes": 0}  # fmt: skip
+                          "episodes": 0, "no_measurement": 0}  # fmt: skip
         self._measured = mapping.measured_topics
         self._last_action = np.zeros(action_dim)  # [A] what send() got last
+        self._last_obs: np.ndarray | None = None  # [D] the newest observation read (a delta policy's targets)
         self._quiet: set[int] = set()  # command inputs that are zero now because their topic went quiet
         # topic -> the entries' vectors from its newest good message, and that message's measurement time
         self._latest: dict[str, tuple[dict[int, np.ndarray], float]] = {}
@@ -263,6 +264,7 @@ class TopicRobot:
             line = f"robot.observation: the messages give {obs.size} numbers but the policy takes {self.obs_dim}"
             self.notices.once("obs_size", line)
             return None, math.nan
+        self._last_obs = obs
         return obs, oldest
 
     # ------------------------------------------------------------------------------------------------ send
@@ -271,6 +273,11 @@ class TopicRobot:
         """The command message for ``action`` [A] (scale * action + offset in the map's field)."""
         command: CommandMap = self.map.command
         values = np.asarray(action, dtype=np.float64).reshape(-1) * command.scale + command.offset
+        if command.measured is not None:  # a delta policy: measured position + scale * action (a gripper: absolute)
+            if self._last_obs is None:
+                raise LookupError("no measurement yet")
+            measured = command.measured(self._last_obs)  # [A]
+            values = np.where(np.isnan(measured), values, measured + values - command.offset)
         if command.order:  # targets: the message lists the joints in its own order
             values = values[list(command.order)]
         if command.type == "std_msgs/msg/Float64MultiArray":
@@ -290,6 +297,9 @@ class TopicRobot:
             self._last_action = np.asarray(action, dtype=np.float64).reshape(-1).copy()
             payload = cdr.encode(self.map.command.type, self.command_message(action))
             ok = self.transport.publish(self.map.command.topic, payload)
+        except LookupError:  # delta targets before any measurement: nothing to add the step to, nothing is sent
+            self._counters["no_measurement"] += 1
+            return
         except Exception:
             ok = False
         if not ok:

@@ -155,6 +155,7 @@ class TopicSimRobotServer:
             raise
         self.counters: Counter[str] = Counter()
         self.action = np.zeros(self.env.action_dim)
+        self.target: np.ndarray | None = None  # a delta robot's commanded joint targets [A] (rad)
         self._last_command = math.nan
         self._inbox: list = []  # heap of (due, n, payload)
         self._outbox: list = []  # heap of (due, n, topic, payload)
@@ -218,14 +219,18 @@ class TopicSimRobotServer:
         except cdr.CdrError:
             self.counters["malformed"] += 1
             return
-        if self.view is not None and action.shape == (self.env.action_dim,):  # joint targets (rad) to the action
-            action = self.view.action(action)
         if action.shape != (self.env.action_dim,):
             self.counters["wrong_length"] += 1
             return
         if not np.all(np.isfinite(action)):
             self.counters["nonfinite"] += 1
             return
+        if self.view is not None and self.view.delta:  # absolute targets, turned into a delta when the env steps
+            self.counters["received"] += 1
+            self.target, self._last_command = action, time.monotonic()
+            return
+        if self.view is not None:  # joint targets (rad) to the action
+            action = self.view.action(action)
         self.counters["received"] += 1
         clipped = np.clip(action, self.low, self.high)
         if not np.array_equal(clipped, action):
@@ -236,9 +241,13 @@ class TopicSimRobotServer:
         import torch
 
         if self.command_timeout > 0 and time.monotonic() - self._last_command > self.command_timeout:
-            self.action = np.zeros(self.env.action_dim)
+            self.action, self.target = np.zeros(self.env.action_dim), None
             self._last_command = math.nan
             self.counters["command_timeout"] += 1
+        if self.target is not None:  # a delta robot: the action that moves the PD targets to the commanded ones
+            action = self.view.action(self.target)
+            self.action = np.clip(action, self.low, self.high)
+            self.counters["clipped"] += int(not np.array_equal(self.action, action))
         obs, reward, terminated, truncated, info = self.env.step(
             torch.as_tensor(self.action[None], dtype=torch.float32)
         )
@@ -247,11 +256,16 @@ class TopicSimRobotServer:
             self.view.step(self.env.dt, bool(terminated[0]))
         if bool(terminated[0] or truncated[0]):
             self.episodes = (self.episodes + 1) % 2**32
+            self.target = None  # a new episode: a delta robot holds its reset pose until the next command
             result.episode_returns.append(float(info["episode_return"][0]))
             result.episode_lengths.append(int(info["episode_length"][0]))
+            success = ""
+            if "is_success" in info:  # the task's success, as the env reports it
+                result.episode_successes.append(bool(info["is_success"][0]))
+                success = f", success {int(result.episode_successes[-1])}"
             self.log(
                 f"episode {len(result.episode_returns)}: return {result.episode_returns[-1]:.3f} "
-                f"({result.episode_lengths[-1]} steps)"
+                f"({result.episode_lengths[-1]} steps{success})"
             )
         return obs[0].numpy().astype(np.float64)
 

@@ -109,6 +109,9 @@ SMOKES = {
         refusal=r"Isaac-Cartpole-Direct x 8 failed: .*Isaac Lab is not installed in this venv; run `make isaac`",
     ),
     "legged_hil.py": Smoke((r"^exported, parity", r"^\| in process \| ", r"^\| ROS 2, 10 ms, 1% loss \| ")),
+    "manipulation_hil.py": Smoke(
+        (r"^exported, parity", r"^sim-robot: episodes 2, .*success \d of 2", r"^\| ROS 2, 10 ms, 1% loss \| ")
+    ),
     "lora_vs_full.py": Smoke((r"^ +16 +1 +full +\d+", r"^ +16 +1 +LoRA r2 +\d+", r"^LoRA adapters: h16 l1 r2: ")),
     "metaworld.py": Smoke(
         (
