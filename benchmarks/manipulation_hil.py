@@ -58,31 +58,26 @@ def one_row_config(run_dir: Path, scratch: Path, episode_s: float | None) -> Pat
 
 
 def in_process(config: Path, export_dir: Path, episodes: int, seed: int) -> dict:
-    """Successes of the ONNX policy on ``episodes`` rows, one episode each (chunks replanned every H steps)."""
+    """Successes of the ONNX policy on ``episodes`` rows, one episode each: the env of the run's policy (a chunked
+    policy's steps a whole chunk, ``robopt.envs.chunking``: replanned every H steps, as the runtime does)."""
     import torch
 
     from robopt.build import build_env
     from robopt.experiment import load_config
     from robopt.sim2real.model import load_export
 
-    sidecar, policy = load_export(export_dir)
+    _, policy = load_export(export_dir)
     env = build_env(load_config(config), num_envs=episodes)
     obs = env.reset(seed=seed).numpy()
     alive, success = np.ones(episodes, dtype=bool), np.zeros(episodes, dtype=bool)
-    chunk, index, steps = None, sidecar.action_chunk, 0
     while alive.any():
-        if index >= sidecar.action_chunk:  # every row replans together: their episodes started together
-            chunk = policy.batch(obs.astype(np.float32)).reshape(episodes, sidecar.action_chunk, -1)  # [N, H, A]
-            index = 0
-        action = torch.as_tensor(chunk[:, index], dtype=torch.float32)
-        index += 1
-        obs, _, terminated, truncated, info = env.step(action)
+        chunk = policy.batch(obs.astype(np.float32)).reshape(episodes, -1)  # [N, H * A]
+        obs, _, terminated, truncated, info = env.step(torch.as_tensor(chunk, dtype=torch.float32))
         obs, done = obs.numpy(), (terminated | truncated).numpy()
         success |= alive & done & info["is_success"].numpy().astype(bool)
         alive &= ~done
-        steps += 1
     env.close()
-    return {"successes": int(success.sum()), "episodes": episodes, "steps": steps}
+    return {"successes": int(success.sum()), "episodes": episodes}
 
 
 def over_ros2(config: Path, export_dir: Path, episodes: int, latency_ms: float, loss: float, seed: int) -> dict:

@@ -38,10 +38,11 @@ class DeployConfig:
     watchdog_ms: float = option(0.0, "compute budget per tick; a tick over it is a fault (0: the period)")
     estop_after: int = option(10, "consecutive faulty ticks that latch the e-stop (0: never)")
     safe_action: str = option(
-        "hold",
+        "",
         "action target on a fault: the last action sent, zero, a posture, or the last measured joint positions "
-        "(robot tasks with joint position actions)",
-        ("hold", "zero", "posture", "measured"),
+        "(robot tasks with joint position actions); empty: measured for a joint_position_delta policy (whose hold "
+        "would repeat its last step), else hold",
+        ("", "hold", "zero", "posture", "measured"),
     )
     estop_action: str = option(
         "",
@@ -160,19 +161,20 @@ def build_safety(
     obs_dim, (declared_low, declared_high) = sidecar.robot_obs_dim, sidecar.robot_obs_bounds  # the robot's [D]
     obs_low = _config_vector("obs_low", config.obs_low, obs_dim)
     obs_high = _config_vector("obs_high", config.obs_high, obs_dim)
-    estop_action = config.estop_action or config.safe_action
-    measure, why = measured_pose(sidecar)
-    if (sidecar.robot or {}).get("action_type") == "joint_position_delta" and "hold" in (
-        config.safe_action,
-        estop_action,
-    ):
+    delta = (sidecar.robot or {}).get("action_type") == "joint_position_delta"
+    safe_action = config.safe_action or ("measured" if delta else "hold")
+    estop_action = config.estop_action or safe_action
+    if delta and "hold" in (safe_action, estop_action):
         raise DeployError(
             "deploy config: safe_action/estop_action hold repeats the last step of a joint_position_delta policy "
             "(the joints keep moving); use measured (hold the measured pose, a gripper keeps its command)"
         )
-    if "measured" in (config.safe_action, estop_action) and measure is None:
-        which = "safe_action" if config.safe_action == "measured" else "estop_action"
-        raise DeployError(f"deploy config: {which} measured needs the measured joint positions, but {why}")
+    measure = None
+    if "measured" in (safe_action, estop_action):
+        measure, why = measured_pose(sidecar)
+        if measure is None:
+            which = "safe_action" if safe_action == "measured" else "estop_action"
+            raise DeployError(f"deploy config: {which} measured needs the measured joint positions, but {why}")
     try:
         return SafetyLayer(
             policy,
@@ -186,7 +188,7 @@ def build_safety(
             stale_timeout=stale_timeout,
             future_tolerance=future_tolerance,
             estop_after=config.estop_after,
-            safe_action=config.safe_action,
+            safe_action=safe_action,
             estop_action=estop_action,
             measure=measure,
             posture=_config_vector("posture", config.posture, sidecar.action_dim),

@@ -83,7 +83,9 @@ def test_the_simulated_robot_turns_targets_into_the_delta_that_reaches_them(arm)
 def test_a_delta_policy_refuses_the_hold_safe_action_and_a_map_without_joints(arm):
     _, _, sidecar = arm
     with pytest.raises(DeployError, match="hold repeats the last step of a joint_position_delta policy"):
-        build_safety(constant(np.zeros(sidecar.action_dim)), sidecar, load_deploy_config({}), 0.1)
+        build_safety(constant(np.zeros(sidecar.action_dim)), sidecar, load_deploy_config({"safe_action": "hold"}), 0.1)
+    default = build_safety(constant(np.zeros(sidecar.action_dim)), sidecar, load_deploy_config({}), 0.1)
+    assert default.safe_action == default.estop_action == "measured"  # a delta policy's default
     robot = copy.deepcopy(sidecar.robot)
     robot["observation"]["terms"] = [t for t in robot["observation"]["terms"] if t["name"] != "joint_pos"]
     with pytest.raises(ConfigError, match="delta policy's targets need its measured joints, but its observation"):

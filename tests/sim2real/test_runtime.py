@@ -32,7 +32,7 @@ def test_deploy_config_from_yaml_and_bad_values(tmp_path):
     for data, match in [
         ({"perod": 1}, "unknown config key 'perod'"),
         ({"period": -1}, "period"),
-        ({"safe_action": "freeze"}, "allowed: hold, zero, posture, measured"),
+        ({"safe_action": "freeze"}, "allowed: , hold, zero, posture, measured"),
         ({"estop_action": "limp"}, "allowed: , hold, zero, posture, measured"),
         ({"estop_after": 1.5}, "integer"),
     ]:
