@@ -1,7 +1,7 @@
 """How well the quadruped follows velocity commands: train seeds with configs/ppo_quadruped_velocity.yaml, then
 evaluate each run's deterministic policy.
 
-    python benchmarks/quadruped_tracking.py --train --seeds 0 1 2 --total-steps 36000000
+    python benchmarks/quadruped_tracking.py --train --seeds 0 1 2 --total-steps 13500000
     python benchmarks/quadruped_tracking.py --evaluate runs/bench_quadruped/*/
     python benchmarks/quadruped_tracking.py --smoke    # CI: 32 training steps of small networks, 2 episodes
 
@@ -178,7 +178,7 @@ def main() -> None:
     parser.add_argument("--config", default="configs/ppo_quadruped_velocity.yaml")
     parser.add_argument("--train", action="store_true", help="train --seeds first, then evaluate them")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--total-steps", type=int, default=36_000_000)
+    parser.add_argument("--total-steps", type=int, default=13_500_000)
     parser.add_argument("--budget-s", type=float, default=0.0, help="stop each training after this long (0: none)")
     parser.add_argument("--root", type=Path, default=Path("runs/bench_quadruped"), help="--smoke: temporary")
     parser.add_argument("--evaluate", type=Path, nargs="*", default=[], help="run directories to evaluate")
