@@ -43,7 +43,7 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     p, denominator = successes / n, 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denominator
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return centre - half, centre + half
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def one_row_config(run_dir: Path, scratch: Path, episode_s: float | None) -> Path:
@@ -96,26 +96,37 @@ def over_ros2(config: Path, export_dir: Path, episodes: int, latency_ms: float, 
     runtime = None
     try:
         print(server.stdout.readline().strip(), flush=True)  # ready
+        # Ctrl-C must reach it: a script started in the background of a shell inherits SIGINT ignored
         runtime = subprocess.Popen(
             [sys.executable, "-m", "robopt", "deploy", str(export_dir), "--robot", "ros2://", "--config", str(path)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
         output, _ = server.communicate()  # the server stops after its episodes
         runtime.send_signal(signal.SIGINT)  # Ctrl-C: the runtime stops and prints its summary
-        deployed, _ = runtime.communicate(timeout=60)
+        try:
+            deployed, _ = runtime.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            runtime.kill()
+            deployed = runtime.communicate()[0] + "\n(the runtime did not stop on Ctrl-C within 60 s: killed)"
     finally:
         server.kill()
         if runtime is not None:
             runtime.kill()
     lines = re.findall(r"^episode \d+: return \S+ \(\d+ steps, success ([01])\)", output, re.MULTILINE)
     if len(lines) < episodes:
-        raise SystemExit(f"the simulated robot reported {len(lines)} of {episodes} episodes:\n{output[-3000:]}")
+        raise SystemExit(
+            f"the simulated robot reported {len(lines)} of {episodes} episodes:\n{output[-3000:]}\n"
+            f"the runtime:\n{deployed[-2000:]}"
+        )
     summary = re.search(r"^sim-robot: episodes .*$", output, re.MULTILINE)
     ticks = re.search(r"^ticks: .*$", deployed, re.MULTILINE)
     checks = re.search(r"^counters: .*$", deployed, re.MULTILINE)
     for line in (summary, ticks, checks):
         if line is not None:
             print(line.group(0), flush=True)
+    if ticks is None:
+        print(f"the runtime printed no summary; its last lines:\n{deployed[-1500:]}", flush=True)
     return {"successes": sum(int(s) for s in lines[:episodes]), "episodes": episodes}
 
 

@@ -4,8 +4,9 @@
 legged robot's drivers publish, stamped with the wall-clock time of the measurement:
     ``/joint_states``  sensor_msgs/JointState: the actuated joints by name, position, velocity, effort (the
                        actuator force after its limit)
-    ``/imu``           sensor_msgs/Imu: the IMU frame's orientation (x, y, z, w) and angular velocity in that frame;
-                       no accelerometer is simulated (linear_acceleration_covariance[0] = -1, ROS's "not provided")
+    ``/imu``           sensor_msgs/Imu (a robot with an IMU; a fixed-base arm has none): the IMU frame's orientation
+                       (x, y, z, w) and angular velocity in that frame; no accelerometer is simulated
+                       (linear_acceleration_covariance[0] = -1, ROS's "not provided")
     ``/odom``          nav_msgs/Odometry (floating bases): the base pose in the world and its twist in the base
                        frame (REP 105: the child frame ``base``), as a state estimator would publish it
 The command is joint position targets in radians, the policy's joint order (a ros2_control forward position
@@ -52,6 +53,7 @@ class RobotTopics:
         if self.robot.gripper is not None:
             self.absolute[self.robot.gripper.action_index] = True
         self.floating = bool(self.robot.floating)
+        self.imu = "imu_quat" in self.robot.sensors  # a fixed-base arm built without an IMU publishes no /imu
         self.command = np.zeros(3)  # the tracked (vx, vy, yaw rate)
         self.tracking = False
         self._since_change = 0.0
@@ -59,7 +61,9 @@ class RobotTopics:
         self.falls = 0
 
     def publications(self) -> dict[str, str]:
-        topics = {"/joint_states": JOINT_STATE, "/imu": IMU}
+        topics = {"/joint_states": JOINT_STATE}
+        if self.imu:
+            topics["/imu"] = IMU
         if self.floating:
             topics["/odom"] = ODOMETRY
         return topics
@@ -76,12 +80,15 @@ class RobotTopics:
         joints = {"header": header, "name": self.names, "position": s.joint_pos[0].double().numpy(),
                   "velocity": s.joint_vel[0].double().numpy(),
                   "effort": s.joint_torque[0].double().numpy()}  # fmt: skip
+        out = [("/joint_states", JOINT_STATE, joints)]
+        if not self.imu:
+            return out
         w, x, y, z = s.base_quat[0].double().tolist()
         orientation = {"x": x, "y": y, "z": z, "w": w}
         angular = _xyz(s.base_ang_vel[0].tolist())
         imu = {"header": {**header, "frame_id": "imu"}, "orientation": orientation, "angular_velocity": angular,
                "linear_acceleration_covariance": [-1.0] + [0.0] * 8}  # fmt: skip
-        out = [("/joint_states", JOINT_STATE, joints), ("/imu", IMU, imu)]
+        out.append(("/imu", IMU, imu))
         if self.floating:
             odom = {"header": {**header, "frame_id": "odom"}, "child_frame_id": "base",
                     "pose": {"pose": {"position": _xyz(s.base_pos[0].tolist()), "orientation": orientation}},

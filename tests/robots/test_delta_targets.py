@@ -71,6 +71,8 @@ def test_the_deploy_side_sends_measured_plus_step_and_the_gripper_absolute(arm):
 def test_the_simulated_robot_turns_targets_into_the_delta_that_reaches_them(arm):
     env, _, _ = arm
     view = RobotTopics(env)
+    assert list(view.publications()) == ["/joint_states"]  # a fixed-base arm without an IMU: joints only
+    assert [topic for topic, _, _ in view.messages(1.7e9)] == ["/joint_states"]
     task = env.task.robot
     measured = Signals(env.physics.state(), task, env.task.context).joint_pos[0].double().numpy()
     targets = measured + np.linspace(-0.02, 0.03, env.action_dim)
