@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
+from smoke import parse_smoke_args, tiny_run  # benchmarks/ is the script's directory, so its sibling imports
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = [  # (vx, vy, yaw rate): forward, back, sideways, turning, combined, standing
@@ -163,18 +163,9 @@ def over_ros2(config: Path, export_dir: Path, segment_s: float, latency_ms: floa
 def smoke_run(root: Path) -> Path:
     """``--smoke``'s stand-in for a trained quadruped: one 32-step iteration of small networks (no --smoke figure
     means anything)."""
-    import contextlib
-    import io
-
     from quadruped_tracking import TINY
 
-    from robopt.experiment import load_config
-    from robopt.runner import train
-
-    overrides = [*TINY, "total_steps=32", f"log.run_root={root}", "log.progress=false", "log.eval_episodes=0"]
-    with contextlib.redirect_stdout(io.StringIO()):
-        config = load_config(ROOT / "configs" / "ppo_quadruped_velocity.yaml", overrides)
-        return train(config, progress=False).run_dir
+    return tiny_run(ROOT / "configs" / "ppo_quadruped_velocity.yaml", root, [*TINY, "total_steps=32"])
 
 
 def main() -> None:

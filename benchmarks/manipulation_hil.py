@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from smoke import parse_smoke_args  # benchmarks/ is the script's directory, so its sibling imports
+from smoke import parse_smoke_args, tiny_run  # benchmarks/ is the script's directory, so its sibling imports
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,18 +132,9 @@ def over_ros2(config: Path, export_dir: Path, episodes: int, latency_ms: float, 
 
 def smoke_run(root: Path) -> Path:
     """``--smoke``'s stand-in for a fine-tuned policy: one 32-step PPO iteration of small networks on lift."""
-    import contextlib
-    import io
-
-    from robopt.experiment import load_config
-    from robopt.runner import train
-
-    overrides = ["env.num_envs=4", "rollout.num_steps=8", "algo.minibatch_size=32", "policy.hidden=[32,32]",
-                 "critic.hidden=[32,32]", "total_steps=32", f"log.run_root={root}", "log.progress=false",
-                 "log.eval_episodes=0"]  # fmt: skip
-    with contextlib.redirect_stdout(io.StringIO()):
-        config = load_config(ROOT / "configs" / "ppo_lift_cube.yaml", overrides)
-        return train(config, progress=False).run_dir
+    tiny = ["env.num_envs=4", "rollout.num_steps=8", "algo.minibatch_size=32", "policy.hidden=[32,32]",
+            "critic.hidden=[32,32]", "total_steps=32"]  # fmt: skip
+    return tiny_run(ROOT / "configs" / "ppo_lift_cube.yaml", root, tiny)
 
 
 def main() -> None:

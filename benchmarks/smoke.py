@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def parse_smoke_args(
@@ -27,3 +28,17 @@ def parse_smoke_args(
         parser.set_defaults(**smoke)
         args = parser.parse_args(argv)
     return args
+
+
+def tiny_run(config: str | Path, root: Path, overrides: Sequence[str]) -> Path:
+    """A ``--smoke`` stand-in for a trained run: ``config`` with ``overrides`` (small networks, a few steps) trained
+    quietly under ``root``; its run directory. No figure of it means anything."""
+    import contextlib
+    import io
+
+    from robopt.experiment import load_config
+    from robopt.runner import train
+
+    quiet = [*overrides, f"log.run_root={root}", "log.progress=false", "log.eval_episodes=0"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        return train(load_config(config, quiet), progress=False).run_dir

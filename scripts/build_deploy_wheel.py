@@ -32,6 +32,7 @@ MODULES = [
     "robopt/sim2real/deploy.py",
     "robopt/sim2real/deploy_cli.py",
     "robopt/sim2real/deploy_config.py",
+    "robopt/sim2real/joint_measure.py",
     "robopt/sim2real/model.py",
     "robopt/sim2real/network.py",
     "robopt/sim2real/pacing.py",
