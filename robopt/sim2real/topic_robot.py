@@ -274,9 +274,7 @@ class TopicRobot:
         command: CommandMap = self.map.command
         values = np.asarray(action, dtype=np.float64).reshape(-1) * command.scale + command.offset
         if command.measured is not None:  # a delta policy: measured position + scale * action (a gripper: absolute)
-            if self._last_obs is None:
-                raise LookupError("no measurement yet")
-            measured = command.measured(self._last_obs)  # [A]
+            measured = command.measured(self._last_obs)  # [A] (send() holds a delta command until a measurement)
             values = np.where(np.isnan(measured), values, measured + values - command.offset)
         if command.order:  # targets: the message lists the joints in its own order
             values = values[list(command.order)]
@@ -293,13 +291,13 @@ class TopicRobot:
         return message
 
     def send(self, action: np.ndarray) -> None:
+        if self.map.command.measured is not None and self._last_obs is None:
+            self._counters["no_measurement"] += 1  # delta targets before any measurement: nothing to add the step to
+            return
         try:
             self._last_action = np.asarray(action, dtype=np.float64).reshape(-1).copy()
             payload = cdr.encode(self.map.command.type, self.command_message(action))
             ok = self.transport.publish(self.map.command.topic, payload)
-        except LookupError:  # delta targets before any measurement: nothing to add the step to, nothing is sent
-            self._counters["no_measurement"] += 1
-            return
         except Exception:
             ok = False
         if not ok:

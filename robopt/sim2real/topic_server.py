@@ -256,7 +256,8 @@ class TopicSimRobotServer:
             self.view.step(self.env.dt, bool(terminated[0]))
         if bool(terminated[0] or truncated[0]):
             self.episodes = (self.episodes + 1) % 2**32
-            self.target = None  # a new episode: a delta robot holds its reset pose until the next command
+            if self.target is not None:  # a new episode: a delta robot holds its reset pose until the next command
+                self.action, self.target = np.zeros(self.env.action_dim), None
             result.episode_returns.append(float(info["episode_return"][0]))
             result.episode_lengths.append(int(info["episode_length"][0]))
             success = ""

@@ -7,9 +7,9 @@ offset the default pose for ``joint_position``; ``torque = scale * action`` for 
 effort limits, joint ranges, the control period, the gripper (its action element: +1 open, -1 closed), the
 observation terms in order with their widths, scales and clips (and the noise they were trained with), each
 element's name and the term's deploy source (both from the term's declaration, ``robopt.envs.robot.terms``), and the
-command's ranges and deploy source. ``observation_names``
-names every element of the observation: ``<term>/<element>``. A policy that sees a window of past steps
-(``policy.history``) has it described in the sidecar's ``history`` block, the runtime builds it.
+command's ranges and deploy source. ``observation_names`` names every element of the observation:
+``<term>/<element>``. A policy that sees a window of past steps (``policy.history``) has it described in the
+sidecar's ``history`` block, the runtime builds it.
 """
 
 from __future__ import annotations
