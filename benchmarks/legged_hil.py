@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -114,6 +115,8 @@ def over_ros2(config: Path, export_dir: Path, segment_s: float, latency_ms: floa
          str(loss), "--cmd-vel", "/cmd_vel", "--command-topic", "/joint_group_position_controller/commands",
          "--duration", str(seconds + 15)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        # the SIGINT below must reach it: a script started in the background of a shell inherits SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     stop = threading.Event()
     try:
@@ -130,7 +133,7 @@ def over_ros2(config: Path, export_dir: Path, segment_s: float, latency_ms: floa
         summary = deploy(export_dir, "ros2://", duration=seconds, config_path=path, echo=lambda _: None)
         stop.set()
         publisher.join(timeout=5)
-        server.send_signal(2)  # SIGINT: the server prints its tracking line
+        server.send_signal(signal.SIGINT)  # Ctrl-C: the server prints its tracking line
         output, _ = server.communicate(timeout=30)
     finally:
         stop.set()
