@@ -15,6 +15,7 @@ from robopt.config import ConfigError
 from robopt.envs.robot.command_curriculum import CommandCurriculumConfig
 from robopt.envs.robot.commands import parse_command
 from robopt.envs.robot.library import REGISTRY
+from robopt.envs.robot.link import LinkConfig
 from robopt.envs.robot.scene import SceneConfig
 from robopt.envs.robot.terms import parse_terms
 from robopt.envs.robot.terrain import TerrainConfig
@@ -176,6 +177,9 @@ class TaskConfig:
     )
     terrain: TerrainConfig = option(
         TerrainConfig(), "generated terrain for a legged robot: a grid of tiles by type and level, with a curriculum"
+    )
+    link: LinkConfig = option(
+        LinkConfig(), "late and lost measurements, as a robot computer's link delivers them (latency ticks, drop)"
     )
     expert: str = option(
         "",

@@ -27,6 +27,7 @@ from robopt.envs.render import CameraView
 from robopt.envs.robot.command_curriculum import CommandCurriculum
 from robopt.envs.robot.commands import Command, parse_command
 from robopt.envs.robot.config import TaskConfig, parse_task_terms
+from robopt.envs.robot.link import Link, topic_columns
 from robopt.envs.robot.mirror import Mirror
 from robopt.envs.robot.model import RobotModel
 from robopt.envs.robot.scene import table_view
@@ -204,6 +205,8 @@ class TermTask:
             for option in block_options(self.observation_terms, self.term_widths, "observations", OPTIONS)
         )
         self._noisy, self._biased = bool((self._noise > 0).any()), bool((self._bias > 0).any())
+        topics = topic_columns(self.observation_terms, self.term_widths)
+        self.link = Link(self.config.link, topics, zeros(n, self.obs_width)) if self.config.link.active else None
         self.frame_scale = self._scale.cpu().to(torch.float64)  # [D], for the export sidecar
         self.bias = zeros(n, self.obs_width)  # [N, D] per-episode observation offsets
         self.frame = zeros(n, self.obs_width)  # [N, D] the current observation
@@ -246,6 +249,7 @@ class TermTask:
         return signals if signals is not None and signals.state is state else Signals(state, self.robot, self.context)
 
     _step_signals: Signals | None = None
+    link: Link | None = None  # late and lost measurements (task.link), built by ``bind``
 
     # -- the Task protocol -----------------------------------------------------------------------------------------
     def observe(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -362,7 +366,8 @@ class TermTask:
         """New commands for rows whose interval ran out, then the new observation."""
         if self.command is not None:
             self.command.advance(self.step_generator)
-        self.frame = self._frame(self._signals(state))
+        frame = self._frame(self._signals(state))
+        self.frame = frame if self.link is None else self.link.step(frame, self.step_generator)
         self._step_signals = None
 
     def frame_of(self, signals: Signals) -> torch.Tensor:
@@ -393,7 +398,10 @@ class TermTask:
         if self._biased:
             draw = torch.rand(rows.numel(), self.obs_width, generator=generator, dtype=torch.float64)
             self.bias[rows] = ((2.0 * draw - 1.0).to(self.device, self.dtype)) * self._bias
-        self.frame[rows] = self._frame(signals)[rows]
+        first = self._frame(signals)[rows]
+        if self.link is not None:  # late and lost measurements start from the first one
+            self.link.reset(rows, first, generator)
+        self.frame[rows] = first
 
     def mirror(self) -> dict[str, Mirror]:
         """The left-right mirror of the observation, the action and the privileged block (``task_mirror``)."""
@@ -430,6 +438,7 @@ class TermTask:
             "step_generator": self.step_generator.get_state(),
             "terrain": self.terrain.state_dict() if self.terrain is not None else None,
             "command_curriculum": self.command_curriculum.state_dict() if self.command_curriculum is not None else None,
+            "link": self.link.state_dict() if self.link is not None else None,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -463,6 +472,10 @@ class TermTask:
                     "this checkpoint was saved without task.command_curriculum; resume it with the same task section"
                 )
             self.command_curriculum.load_state_dict(state["command_curriculum"])
+        if self.link is not None:
+            if state.get("link") is None:
+                raise ValueError("this checkpoint was saved without task.link; resume it with the same task section")
+            self.link.load_state_dict(state["link"])
 
 
 def _instance(entry: Term, signals: Signals, section: str) -> Callable:
