@@ -19,7 +19,10 @@ terms, observation frame), the rest (resets, randomization, bookkeeping). Run it
 ``--ppo K``: also PPO end to end on the same config (its rollout, epochs and minibatches; ``env.num_threads`` the
 row's threads, ``torch_threads`` as the config says or ``--torch-threads``): K iterations after one warm-up
 iteration, env steps per second of wall clock and over raw physics, and the iteration's split into collection
-(policy inference, env steps, storage), advantages and the update.
+(policy inference, env steps, storage), advantages and the update. Then the update's arithmetic (every linear layer
+of actor and critic, forward and backward, every sample of every epoch), the rate it ran at, the rate of one matrix
+product of the update's size on the same threads, and the ceiling that leaves for PPO over raw physics: collection
+as fast as raw physics and the update at the matrix product's rate.
 """
 
 from __future__ import annotations
@@ -171,10 +174,34 @@ def ppo_rate(num_envs: int, threads: int, iterations: int, torch_threads: int, u
     elapsed = time.perf_counter() - start
     loop.env.close()
     used = torch.get_num_threads()
+    flops = update_flops(loop, data["algo"]["epochs"])
+    peak = matmul_rate(update_threads or used, data["algo"]["minibatch_size"])
     torch.set_num_threads(1)  # the env-only measurements that follow run with one, as main set it
     per = {key: value / iterations for key, value in totals.items()}
     return {"rate": loop.steps_per_iteration * iterations / elapsed, "iteration": elapsed / iterations, **per,
-            "torch_threads": used, "update_threads": update_threads or "as collection"}  # fmt: skip
+            "torch_threads": used, "update_threads": update_threads or "as collection", "update_flops": flops,
+            "matmul_rate": peak, "steps": loop.steps_per_iteration}  # fmt: skip
+
+
+def update_flops(loop, epochs: int) -> float:
+    """The update's arithmetic per iteration, about: every linear layer of the actor and the critic, forward (2 in
+    out a sample) and backward (weights and inputs, 4 in out), over every sample of every epoch."""
+    layers = [m for net in (loop.policy, loop.critic) for m in net.modules() if isinstance(m, torch.nn.Linear)]
+    per_sample = sum(6 * layer.in_features * layer.out_features for layer in layers)
+    return float(per_sample * loop.steps_per_iteration * epochs)
+
+
+def matmul_rate(threads: int, rows: int) -> float:
+    """FLOP/s of one float32 matrix product the size of the update's biggest ([rows, 256] x [256, 256]) on
+    ``threads`` torch threads: what the update's arithmetic could run at, as a yardstick."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(rows, 256), torch.randn(256, 256)
+    for _ in range(5):
+        a @ b
+    start, count = time.perf_counter(), 50
+    for _ in range(count):
+        a @ b
+    return 2 * rows * 256 * 256 * count / (time.perf_counter() - start)
 
 
 def main() -> None:
@@ -216,6 +243,17 @@ def main() -> None:
                     f"{ppo['rate']:.0f} env steps/s, {ppo['rate'] / split['raw']:.2f} of raw | per iteration "
                     f"{ppo['iteration']:.2f} s: collect {ppo['collect']:.2f} s, advantages {ppo['advantages']:.2f} s, "
                     f"update {ppo['update']:.2f} s",
+                    flush=True,
+                )
+                # the ceiling: collection at raw physics' speed and the update at the matrix product's rate
+                physics_s = ppo["steps"] / split["raw"]
+                update_s = ppo["update_flops"] / ppo["matmul_rate"]
+                print(
+                    f"      update arithmetic {ppo['update_flops'] / 1e9:.1f} GFLOP an iteration: "
+                    f"{ppo['update_flops'] / ppo['update'] / 1e9:.0f} GFLOP/s in the update, against "
+                    f"{ppo['matmul_rate'] / 1e9:.0f} GFLOP/s for a [minibatch, 256] x [256, 256] "
+                    f"product | ceiling (raw physics, then the update at that rate): "
+                    f"{physics_s / (physics_s + update_s):.2f} of raw",
                     flush=True,
                 )
 
