@@ -12,7 +12,7 @@ one way and ``--loss`` on every message; it scores /cmd_vel against the body's v
 process, ``configs/deploy/quadruped_ros2.yaml``: ``observation: from_sidecar``, targets to a ros2_control position
 controller's topic) ticks at 50 Hz. A thread publishes the scripted commands on /cmd_vel at 10 Hz. In process: the
 same ONNX policy steps the same env directly with the same command sequence (no link, no noise, no latency; a
-config trained under ``task.link`` and an actuator delay has both taken out, for the simulated robot as well).
+config trained under ``task.link`` and a randomization has both taken out, for the simulated robot as well).
 Printed: velocity and yaw-rate errors (steady: 1 s after each change left out; all) and falls, both ways. Run it
 alone: the two processes share the two cores.
 """
@@ -49,8 +49,8 @@ def long_config(run_dir: Path, scratch: Path) -> Path:
     for term in data["task"]["observations"].values():  # the in-process reference without sensor noise
         if isinstance(term, dict):
             term.pop("noise", None)
-    # nor the link that training simulated (late and lost measurements, actuator delay): the real link is the
-    # benchmark's own, and the simulated robot must not add its training copy on top of it
+    # nor the link that training simulated (late and lost measurements; the randomization, its actuator delay and
+    # any other knob, goes whole: the simulated robot is the nominal one): the real link is the benchmark's own
     data["task"].pop("link", None)
     data.get("env", {}).get("kwargs", {}).pop("randomization", None)
     data["env"]["num_envs"] = 1

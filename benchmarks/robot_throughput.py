@@ -20,9 +20,9 @@ terms, observation frame), the rest (resets, randomization, bookkeeping). Run it
 row's threads, ``torch_threads`` as the config says or ``--torch-threads``): K iterations after one warm-up
 iteration, env steps per second of wall clock and over raw physics, and the iteration's split into collection
 (policy inference, env steps, storage), advantages and the update. Then the update's arithmetic (every linear layer
-of actor and critic, forward and backward, every sample of every epoch), the rate it ran at, the rate of one matrix
-product of the update's size on the same threads, and the ceiling that leaves for PPO over raw physics: collection
-as fast as raw physics and the update at the matrix product's rate.
+of actor and critic, forward and backward, every sample of every epoch), the rate it ran at, the rate of the same
+layers' matrix products alone (forward, a minibatch's rows) on the same threads, and the ceiling that leaves for PPO
+over raw physics: collection as fast as raw physics and the update at those products' rate.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def ppo_rate(num_envs: int, threads: int, iterations: int, torch_threads: int, u
     loop.env.close()
     used = torch.get_num_threads()
     flops = update_flops(loop, data["algo"]["epochs"])
-    peak = matmul_rate(update_threads or used, data["algo"]["minibatch_size"])
+    peak = matmul_rate(loop, update_threads or used, data["algo"]["minibatch_size"])
     torch.set_num_threads(1)  # the env-only measurements that follow run with one, as main set it
     per = {key: value / iterations for key, value in totals.items()}
     return {"rate": loop.steps_per_iteration * iterations / elapsed, "iteration": elapsed / iterations, **per,
@@ -183,25 +183,36 @@ def ppo_rate(num_envs: int, threads: int, iterations: int, torch_threads: int, u
             "matmul_rate": peak, "steps": loop.steps_per_iteration}  # fmt: skip
 
 
+def update_layers(loop) -> list[tuple[int, int, bool]]:
+    """(in, out, first) of every linear layer of the actor and the critic (``first``: it reads the observation)."""
+    out = []
+    for net in (loop.policy, loop.critic):
+        layers = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
+        out += [(layer.in_features, layer.out_features, index == 0) for index, layer in enumerate(layers)]
+    return out
+
+
 def update_flops(loop, epochs: int) -> float:
     """The update's arithmetic per iteration, about: every linear layer of the actor and the critic, forward (2 in
-    out a sample) and backward (weights and inputs, 4 in out), over every sample of every epoch."""
-    layers = [m for net in (loop.policy, loop.critic) for m in net.modules() if isinstance(m, torch.nn.Linear)]
-    per_sample = sum(6 * layer.in_features * layer.out_features for layer in layers)
+    out a sample) and backward (the weights' gradient, 2 in out, and the inputs', 2 in out, except for a layer that
+    reads the observation), over every sample of every epoch."""
+    per_sample = sum((4 if first else 6) * fan_in * fan_out for fan_in, fan_out, first in update_layers(loop))
     return float(per_sample * loop.steps_per_iteration * epochs)
 
 
-def matmul_rate(threads: int, rows: int) -> float:
-    """FLOP/s of one float32 matrix product the size of the update's biggest ([rows, 256] x [256, 256]) on
-    ``threads`` torch threads: what the update's arithmetic could run at, as a yardstick."""
+def matmul_rate(loop, threads: int, rows: int) -> float:
+    """FLOP/s of the update's own layer products, forward, at their shapes ([rows, in] x [in, out] float32, rows the
+    minibatch) on ``threads`` torch threads: what its arithmetic could run at, as a yardstick."""
     torch.set_num_threads(threads)
-    a, b = torch.randn(rows, 256), torch.randn(256, 256)
-    for _ in range(5):
+    pairs = [(torch.randn(rows, fan_in), torch.randn(fan_in, fan_out)) for fan_in, fan_out, _ in update_layers(loop)]
+    for a, b in pairs * 5:
         a @ b
     start, count = time.perf_counter(), 50
     for _ in range(count):
-        a @ b
-    return 2 * rows * 256 * 256 * count / (time.perf_counter() - start)
+        for a, b in pairs:
+            a @ b
+    flops = sum(2 * a.shape[0] * a.shape[1] * b.shape[1] for a, b in pairs)
+    return flops * count / (time.perf_counter() - start)
 
 
 def main() -> None:
@@ -251,8 +262,8 @@ def main() -> None:
                 print(
                     f"      update arithmetic {ppo['update_flops'] / 1e9:.1f} GFLOP an iteration: "
                     f"{ppo['update_flops'] / ppo['update'] / 1e9:.0f} GFLOP/s in the update, against "
-                    f"{ppo['matmul_rate'] / 1e9:.0f} GFLOP/s for a [minibatch, 256] x [256, 256] "
-                    f"product | ceiling (raw physics, then the update at that rate): "
+                    f"{ppo['matmul_rate'] / 1e9:.0f} GFLOP/s for its layers' products alone (forward, minibatch "
+                    f"rows) | ceiling (raw physics, then the update at that rate): "
                     f"{physics_s / (physics_s + update_s):.2f} of raw",
                     flush=True,
                 )

@@ -97,7 +97,10 @@ def is_config_source(source: str) -> bool:
 
 
 def make_sim_env(source: str):
-    """A one-row env for a simulated robot from an env id, a config file or a run directory."""
+    """A one-row env for a simulated robot from an env id, a config file or a run directory.
+
+    The link a run trained under (``task.link``: late and lost measurements; ``randomization.action_delay``) is left
+    out: a simulated robot's link is its own (its latency, loss and delay options), not a second one on top."""
     if not is_config_source(source):
         from robopt.envs import make_env
 
@@ -107,4 +110,19 @@ def make_sim_env(source: str):
 
     path = Path(source)
     config = load_run_config(path) if path.is_dir() else load_config(path)
-    return build_env(replace(config, device="cpu"), num_envs=1, policy_side=False)
+    return build_env(without_training_link(replace(config, device="cpu")), num_envs=1, policy_side=False)
+
+
+def without_training_link(config):
+    """``config`` without ``task.link`` and ``env.kwargs.randomization.action_delay`` (a robot task's training link)."""
+    randomization = dict(config.env.kwargs.get("randomization") or {})
+    if "action_delay" in randomization:
+        randomization.pop("action_delay")
+        config = replace(config, env=replace(config.env, kwargs={**config.env.kwargs, "randomization": randomization}))
+    task = config.sections.get("task")
+    link = getattr(task, "link", None)
+    if link is not None and link.active:
+        from robopt.envs.robot.link import LinkConfig
+
+        config = replace(config, sections={**config.sections, "task": replace(task, link=LinkConfig())})
+    return config

@@ -52,11 +52,40 @@ def test_measured_terms_are_read_late_and_the_rest_is_not() -> None:
 
 
 def test_a_drawn_latency_per_row_and_episode() -> None:
-    env = quadruped(64, {"latency": [0, 3]})
+    # the latency is drawn last at a reset, so both envs start the same episodes: row i reads frame t - d_i
+    env = quadruped(16, {"latency": [0, 3]})
+    plain, late = rollout(quadruped(16), 8), rollout(env, 8)
+    delays = env.task.link.latency.tolist()
+    assert set(delays) == {0, 1, 2, 3}
+    for t in range(9):
+        for row, delay in enumerate(delays):
+            expected = plain[max(t - delay, 0)][row, MEASURED]
+            torch.testing.assert_close(late[t][row, MEASURED], expected, rtol=0, atol=0)
     drawn = env.task.link.latency.clone()
-    assert set(drawn.tolist()) == {0, 1, 2, 3}
     env.reset(seed=5)
     assert not torch.equal(env.task.link.latency, drawn)
+
+
+def test_a_new_episode_reads_its_own_first_frame_until_its_latency_has_passed() -> None:
+    # 6-step episodes (0.12 s at 50 Hz), truncated and reset inside env.step: after a reset, the measured terms are
+    # the new episode's first frame for two steps, never the last episode's frames
+    changes = {"episode_s": 0.12}
+    plain_env, late_env = quadruped(2, **changes), quadruped(2, {"latency": [2, 2]}, **changes)
+    generator = torch.Generator().manual_seed(0)
+    plain, late = [plain_env.reset(seed=3)], [late_env.reset(seed=3)]
+    start, starts = 0, []
+    for t in range(1, 16):
+        action = 0.1 * torch.randn(2, 12, generator=generator)
+        obs, _, _, truncated, _ = plain_env.step(action)
+        plain.append(obs)
+        late.append(late_env.step(action)[0])
+        starts.append(start)
+        start = t if bool(truncated.all()) else start
+    starts.append(start)
+    assert sorted(set(starts)) == [0, 6, 12]  # two resets inside the rollout
+    for t in range(16):
+        expected = plain[max(t - 2, starts[t])][:, MEASURED]
+        torch.testing.assert_close(late[t][:, MEASURED], expected, rtol=0, atol=0)
 
 
 def test_a_lost_topic_repeats_what_its_row_read_last() -> None:
@@ -83,6 +112,7 @@ def test_the_link_resumes_exactly() -> None:
     first.reset(seed=2)
     for action in actions[:8]:
         first.step(action)
+    assert first.task.link.latency.max() > 0  # the saved frames and pointer are read
     second.load_state_dict(first.state_dict())
     for action in actions[8:]:
         out_first, out_second = first.step(action), second.step(action)
@@ -110,3 +140,11 @@ def test_bad_link_is_one_line(link: dict, changes: dict, message: str) -> None:
     with pytest.raises(ValueError) as caught:
         quadruped(2, link, **changes)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_simulated_robot_leaves_the_training_link_out() -> None:
+    from robopt.sim2real.serving import make_sim_env
+
+    env = make_sim_env("configs/ppo_quadruped_link.yaml")
+    assert env.task.link is None and env.randomization.action_delay == (0, 0)
+    assert env.task.frame.shape == (1, 48)

@@ -7,14 +7,18 @@ The teacher was trained with its own ``task.observations`` (a height scan, base 
 simulator knows). The student's env computes its own observation for the student; this view computes the teacher's,
 each step, from the simulator's state and the student task's context, with the teacher's scales, noise and clips (it
 saw its observation noise in training). A teacher term with state across steps would need the env's updates and is
-refused, as is a teacher observation with per-episode biases (the view does not see resets).
+refused, as is a teacher observation with per-episode biases (the view does not see resets). A teacher's ``task.link``
+(late and lost measurements) is not applied: the teacher labels the state as it is.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from robopt.envs.robot.config import TaskConfig
+from robopt.envs.robot.link import LinkConfig
 from robopt.envs.robot.signals import Signals
 from robopt.envs.robot.task import TermTask
 
@@ -28,7 +32,7 @@ class TeacherView:
         own = getattr(env, "task", None)
         if not isinstance(own, TermTask):
             raise ValueError(f"a teacher's view needs a robot env (env.id: robot), got {type(env).__name__}")
-        view = TermTask(own.robot, task, own.num_envs, own.device, own.dtype)
+        view = TermTask(own.robot, replace(task, link=LinkConfig()), own.num_envs, own.device, own.dtype)
         for entry in view.observation_terms:
             if entry.info.stateful:
                 raise ValueError(f"the teacher's observation term {entry.name} keeps state across steps; not supported")
