@@ -84,10 +84,12 @@ class Link:
             )
         self.config, self.num_envs = config, n
         device = first.device
-        self.columns = [torch.tensor(cols, dtype=torch.long, device=device) for cols in topics.values()]
-        self.measured = torch.zeros(width, dtype=torch.bool, device=device)  # [D]
-        for cols in self.columns:
-            self.measured[cols] = True
+        self.num_topics = len(topics)
+        # [D] each column's topic index; the columns of no topic point at an extra, never-lost one (index T)
+        self.topic = torch.full((width,), self.num_topics, dtype=torch.long, device=device)
+        for index, cols in enumerate(topics.values()):
+            self.topic[cols] = index
+        self.measured = self.topic < self.num_topics  # [D]
         self.history = first[:, None].repeat(1, config.latency[1] + 1, 1)  # [N, L, D] fresh frames, a ring
         self.pointer = 0  # the slot the next fresh frame goes to
         self.latency = torch.zeros(n, dtype=torch.long, device=device)  # [N] ticks
@@ -102,10 +104,9 @@ class Link:
         self.pointer = (self.pointer + 1) % length
         out = torch.where(self.measured, late, fresh)
         if self.config.drop > 0:
-            lost = torch.rand(self.num_envs, len(self.columns), generator=generator, device=fresh.device)
-            lost = lost < self.config.drop  # [N, topics]
-            for topic, cols in enumerate(self.columns):
-                out[:, cols] = torch.where(lost[:, topic, None], self.read[:, cols], out[:, cols])
+            draw = torch.rand(self.num_envs, self.num_topics, generator=generator, device=fresh.device)
+            lost = torch.cat([draw < self.config.drop, self.measured.new_zeros(self.num_envs, 1)], dim=1)  # [N, T + 1]
+            out = torch.where(lost[:, self.topic], self.read, out)  # a lost topic's columns repeat the last reading
         self.read = out
         return out.clone()
 

@@ -19,7 +19,6 @@ import math
 from collections.abc import Callable
 from functools import partial
 
-import mujoco
 import numpy as np
 import torch
 
@@ -30,9 +29,9 @@ from robopt.envs.robot.config import TaskConfig, parse_task_terms
 from robopt.envs.robot.link import Link, topic_columns
 from robopt.envs.robot.mirror import Mirror
 from robopt.envs.robot.model import RobotModel
-from robopt.envs.robot.scene import table_view
 from robopt.envs.robot.signals import Context, Signals, quat_multiply, yaw_quat
 from robopt.envs.robot.task_mirror import task_mirror
+from robopt.envs.robot.task_scene import camera_view, check_target_on_table, render_targets
 from robopt.envs.robot.term_options import OPTIONS, block_options, refuse_noise
 from robopt.envs.robot.terms import Term
 from robopt.envs.robot.terrain_rows import TerrainRows
@@ -65,7 +64,7 @@ class TermTask:
         self._hold_steps = max(1, math.ceil(hold_s / self.dt - 1e-6))  # steps the success term must hold
         self.command: Command | None = parse_command(config.commands)
         self._check_needs()
-        self._check_target_on_table()
+        check_target_on_table(self)
         self.action_low, self.action_high = self._action_bounds()
         self.action_bounds = self.action_to_ctrl = None  # the env's actuator ranges and ctrl = action, unless delta
         if robot.action_type == "joint_position_delta":
@@ -122,39 +121,14 @@ class TermTask:
             ctrl[:, robot.gripper.action_index] = action[:, robot.gripper.action_index]
         return ctrl
 
-    # -- rendering (robopt.envs.render.NativeRowRenderer reads these) ------------------------------------------------
+    # -- rendering (robopt.envs.render.NativeRowRenderer reads these; robopt.envs.robot.task_scene) ----------------
     def camera_view(self) -> CameraView | None:
         """A video's view: the table from across it when the task has a scene; None leaves the renderer's default."""
-        objects = self.robot.objects
-        return None if objects is None else table_view(objects, self.robot.base_world_pos.cpu())
+        return camera_view(self)
 
     def render_targets(self, row: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
-        """Where an object should go in ``row``: (its body, world position [3], world orientation [9] row-major) for
-        the first object when the command is a target (drawn as its translucent outline); else none."""
-        if self.command is None or "target" not in self.command.provides or self.context is None:
-            return []
-        if self.robot.objects is None:
-            return []
-        x, y, z, cos, sin = self.context.command[row, :5].double().cpu().numpy()
-        base = self.robot.base_world_quat.double().cpu().numpy()
-        turn = np.zeros(9)
-        mujoco.mju_quat2Mat(turn, base)
-        turn = turn.reshape(3, 3)
-        pos = self.robot.base_world_pos.double().cpu().numpy() + turn @ np.array([x, y, z])
-        yaw = np.array([[cos, -sin, 0.0], [sin, cos, 0.0], [0.0, 0.0, 1.0]])
-        return [(self.robot.objects.names[0], pos, (turn @ yaw).reshape(-1))]
-
-    def _check_target_on_table(self) -> None:
-        """A target command's x and y ranges lie on the scene's table (one line naming the key)."""
-        objects = self.robot.objects
-        if self.command is None or "target" not in self.command.provides or objects is None:
-            return
-        base = self.robot.base_world_pos.cpu()
-        for axis, key in enumerate(("x", "y")):
-            low, high = self.command.ranges[key]
-            lo, hi = float(objects.table_low[axis] - base[axis]), float(objects.table_high[axis] - base[axis])
-            if low < lo - 1e-9 or high > hi + 1e-9:
-                raise ValueError(f"task.commands.{key}: [{low}, {high}] leaves the table ([{lo:.4g}, {hi:.4g}] m)")
+        """Where an object should go in ``row`` (``task_scene.render_targets``)."""
+        return render_targets(self, row)
 
     def _action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
         model = self.robot.model
@@ -205,8 +179,10 @@ class TermTask:
             for option in block_options(self.observation_terms, self.term_widths, "observations", OPTIONS)
         )
         self._noisy, self._biased = bool((self._noise > 0).any()), bool((self._bias > 0).any())
-        topics = topic_columns(self.observation_terms, self.term_widths)
-        self.link = Link(self.config.link, topics, zeros(n, self.obs_width)) if self.config.link.active else None
+        self.link = None
+        if self.config.link.active:  # late and lost measurements, by the topic each term is measured on
+            topics = topic_columns(self.observation_terms, self.term_widths)
+            self.link = Link(self.config.link, topics, zeros(n, self.obs_width))
         self.frame_scale = self._scale.cpu().to(torch.float64)  # [D], for the export sidecar
         self.bias = zeros(n, self.obs_width)  # [N, D] per-episode observation offsets
         self.frame = zeros(n, self.obs_width)  # [N, D] the current observation
